@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine over a copy of the tree plus the binaries staged by
+# tools/dev/stage_gpu.sh in .carry/: the [gpu] tests, compute-sanitizer over a reduced set,
+# and `flexjit run` for each standard mask; prints a short table last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64:$PWD/.carry/lib:${LD_LIBRARY_PATH:-}"
+export FLEXJIT_SOURCE_DIR=$PWD
+out=${OUT:-/tmp/flexjit-gpu}
+mkdir -p "$out"
+bin=.carry/bin
+masks=dsl/lib/standard.mask
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+status=0
+echo "== [gpu] tests"
+$bin/flexjit_tests_gpu "[gpu]" 2>&1 | tee "$out/gpu_tests.log" | tail -n 25
+gpu_tests=${PIPESTATUS[0]}
+[ "$gpu_tests" = 0 ] || status=1
+
+sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+if [ -x "$sanitizer" ]; then
+  echo "== compute-sanitizer memcheck (reduced)"
+  for mask in causal sliding; do
+    "$sanitizer" --tool memcheck --error-exitcode 9 $bin/flexjit run $masks --mask $mask \
+      --set window=100 --heads 8 --kv-heads 2 --query-lens 1,7,300 --context-lens 700,50,0 \
+      --page-size 16 --iterations 0 >"$out/sanitizer_$mask.log" 2>&1
+    rc=$?
+    echo "memcheck $mask: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/sanitizer_$mask.log")"
+    [ "$rc" = 0 ] || status=1
+  done
+else
+  echo "compute-sanitizer not found"
+fi
+
+echo "== flexjit run"
+table=""
+for mask in causal sliding; do
+  for dtype in bf16 fp16; do
+    log="$out/run_${mask}_${dtype}.log"
+    $bin/flexjit run $masks --mask $mask --dtype $dtype --set window=1024 --heads 32 --kv-heads 8 \
+      --query-lens 1,7,300,4096 --context-lens 4000,64,0,0 --iterations 20 >"$log" 2>&1
+    rc=$?
+    [ "$rc" = 0 ] || status=1
+    cat "$log"
+    err=$(sed -n 's/^relative error *\([^ ]*\).*/\1/p' "$log")
+    ms=$(sed -n 's/^kernel time *\([^ ]*\) ms.*/\1/p' "$log")
+    tf=$(sed -n 's/.*(\([0-9.]*\) effective TFLOP.*/\1/p' "$log")
+    table+=$(printf '\n| %-8s | %-5s | %-10s | %-9s | %-8s | %s |' "$mask" "$dtype" "$err" "$ms" "$tf" "$([ $rc = 0 ] && echo PASS || echo FAIL)")
+  done
+done
+echo
+echo "[gpu] tests exit: $gpu_tests"
+echo "| mask     | dtype | rel. error | time (ms) | TFLOP/s  | check |"
+echo "|----------|-------|------------|-----------|----------|-------|$table"
+exit $status

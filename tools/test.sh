@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds flexjit and runs the CPU test suite (everything but the [gpu] tests) under ctest.
+# The [gpu] tests: build/bin/flexjit_tests_gpu on a machine with a CUDA GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/dev/build.sh
+ctest --test-dir build --output-on-failure -j "$(nproc)"
