@@ -1,0 +1,107 @@
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "flexjit/dsl/frontend.h"
+
+using namespace flexjit::dsl;
+
+namespace {
+
+struct Lexed {
+  std::vector<Token> tokens;
+  std::vector<Diagnostic> diagnostics;
+  std::string text;
+
+  std::string_view text_of(size_t i) const {
+    return std::string_view(text).substr(tokens[i].span.offset, tokens[i].span.length);
+  }
+};
+
+Lexed lex(std::string text) {
+  Lexed lexed;
+  lexed.text = text;
+  lexed.tokens = tokenize(Source{"t.mask", std::move(text)}, lexed.diagnostics);
+  return lexed;
+}
+
+}  // namespace
+
+TEST_CASE("tokenize splits a declaration into kinds and byte ranges", "[dsl][lexer]") {
+  Lexed lexed = lex("mask m_1 = q >= kv # comment, with 'bytes' \xff\n");
+  REQUIRE(lexed.diagnostics.empty());
+  std::vector<TokenKind> kinds;
+  for (const Token& token : lexed.tokens)
+    kinds.push_back(token.kind);
+  REQUIRE(kinds == std::vector<TokenKind>{TokenKind::Keyword, TokenKind::Ident, TokenKind::Punct,
+                                          TokenKind::Ident, TokenKind::Punct, TokenKind::Ident,
+                                          TokenKind::Newline, TokenKind::End});
+  CHECK(lexed.text_of(0) == "mask");
+  CHECK(lexed.text_of(1) == "m_1");
+  CHECK(lexed.text_of(4) == ">=");
+  CHECK(lexed.tokens[5].span.offset == 16);
+  CHECK(lexed.text_of(5) == "kv");
+}
+
+TEST_CASE("two-byte operators are read longest first", "[dsl][lexer]") {
+  Lexed lexed = lex("<=>=!===&&||<>!=");
+  REQUIRE(lexed.diagnostics.empty());
+  std::vector<std::string_view> texts;
+  for (size_t i = 0; i + 1 < lexed.tokens.size(); ++i)
+    texts.push_back(lexed.text_of(i));
+  CHECK(texts == std::vector<std::string_view>{"<=", ">=", "!=", "==", "&&", "||", "<", ">", "!="});
+}
+
+TEST_CASE("keywords are whole words", "[dsl][lexer]") {
+  Lexed lexed = lex("masks int integer true truex bool");
+  REQUIRE(lexed.diagnostics.empty());
+  CHECK(lexed.tokens[0].kind == TokenKind::Ident);
+  CHECK(lexed.tokens[1].kind == TokenKind::Keyword);
+  CHECK(lexed.tokens[2].kind == TokenKind::Ident);
+  CHECK(lexed.tokens[3].kind == TokenKind::Keyword);
+  CHECK(lexed.tokens[4].kind == TokenKind::Ident);
+  CHECK(lexed.tokens[5].kind == TokenKind::Keyword);
+}
+
+TEST_CASE("a literal followed by letters is one bad literal", "[dsl][lexer]") {
+  Lexed lexed = lex("12ab 0x10 007");
+  REQUIRE(lexed.diagnostics.size() == 2);
+  CHECK(lexed.diagnostics[0].message == "invalid integer literal '12ab'");
+  CHECK(lexed.diagnostics[1].message == "invalid integer literal '0x10'");
+  CHECK(lexed.diagnostics[1].span.offset == 5);
+  CHECK(lexed.diagnostics[1].span.length == 4);
+  REQUIRE(lexed.tokens.size() == 4);
+  CHECK(lexed.tokens[0].kind == TokenKind::IntLit);
+  CHECK(lexed.text_of(2) == "007");
+}
+
+TEST_CASE("bytes that start no token are reported and skipped", "[dsl][lexer]") {
+  Lexed lexed = lex(std::string("q @ & | \xe2\x80\x94 ;\0kv", 16));
+  REQUIRE(lexed.diagnostics.size() == 6);
+  CHECK(lexed.diagnostics[0].message == "unexpected character '@'");
+  CHECK(lexed.diagnostics[1].message == "unexpected character '&' (did you mean '&&'?)");
+  CHECK(lexed.diagnostics[2].message == "unexpected character '|' (did you mean '||'?)");
+  // A UTF-8 character is one mistake, not three.
+  CHECK(lexed.diagnostics[3].message == "unexpected character '\\xe2\\x80\\x94'");
+  CHECK(lexed.diagnostics[3].span.length == 3);
+  CHECK(lexed.diagnostics[4].message == "unexpected character ';'");
+  CHECK(lexed.diagnostics[5].message == "unexpected character '\\x00'");
+  REQUIRE(lexed.tokens.size() == 3);
+  CHECK(lexed.text_of(0) == "q");
+  CHECK(lexed.text_of(1) == "kv");
+}
+
+TEST_CASE("the end token sits on the last line", "[dsl][lexer]") {
+  std::vector<Diagnostic> diagnostics;
+  CHECK(tokenize(Source{"t", "q\n"}, diagnostics).back().span.offset == 1);
+  CHECK(tokenize(Source{"t", "q"}, diagnostics).back().span.offset == 1);
+  CHECK(tokenize(Source{"t", ""}, diagnostics).back().span.offset == 0);
+  CHECK(diagnostics.empty());
+}
+
+TEST_CASE("quote escapes unprintable bytes and shortens long text", "[dsl][lexer]") {
+  CHECK(quote("windw") == "'windw'");
+  CHECK(quote(std::string_view("a\0'\\", 4)) == "'a\\x00\\x27\\x5c'");
+  CHECK(quote(std::string(100, 'x')) == "'" + std::string(40, 'x') + "...'");
+}
