@@ -1,0 +1,525 @@
+#include "flexjit/compiler/ir.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
+#include "fj_ops.cuh"
+
+namespace flexjit::ir {
+
+namespace {
+
+// A node built against make()'s contract is a bug in the compiler, not bad input: lowering
+// checks every type with result_type() before building, so this cannot be reached from a
+// mask file.
+[[noreturn]] void contract_violation(const char* what, ExprKind kind) {
+  std::fprintf(stderr, "flexjit internal error: %s (%s)\n", what, kind_name(kind));
+  std::abort();
+}
+
+uint64_t saturating_add(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
+                                                      : a + b;
+}
+
+// Type, depth and tree size of a new node of `kind` over `operands`, checked against
+// result_type().
+struct NodeShape {
+  Type type;
+  uint32_t depth;
+  uint64_t tree_size;
+};
+
+NodeShape checked_shape(ExprKind kind, std::initializer_list<const Expr*> operands) {
+  std::array<Type, 3> types{};
+  size_t count = 0;
+  uint32_t depth = 0;
+  uint64_t tree_size = 1;
+  for (const Expr* operand : operands) {
+    if (!operand->defined() || count == types.size()) {
+      contract_violation("undefined operand", kind);
+    }
+    types[count++] = operand->type();
+    depth = std::max(depth, (*operand)->depth);
+    tree_size = saturating_add(tree_size, (*operand)->tree_size);
+  }
+  const std::optional<Type> type = result_type(kind, std::span<const Type>(types.data(), count));
+  if (!type) contract_violation("ill-typed operands", kind);
+  return {*type, depth + 1, tree_size};
+}
+
+template <class Node>
+Node* new_node(const NodeShape& shape) {
+  auto* node = new Node(shape.type);
+  node->depth = shape.depth;
+  node->tree_size = shape.tree_size;
+  return node;
+}
+
+}  // namespace
+
+const char* type_name(Type type) {
+  switch (type) {
+    case Type::Bool:
+      return "bool";
+    case Type::Int:
+      return "int";
+  }
+  return "?";
+}
+
+const char* kind_name(ExprKind kind) {
+  switch (kind) {
+#define FJ_KIND_NAME(node) \
+  case ExprKind::node:     \
+    return #node;
+    FJ_FOR_EACH_EXPR(FJ_KIND_NAME)
+#undef FJ_KIND_NAME
+  }
+  return "?";
+}
+
+const char* variable_name(Variable variable) {
+  switch (variable) {
+    case Variable::B:
+      return "b";
+    case Variable::H:
+      return "h";
+    case Variable::Q:
+      return "q";
+    case Variable::KV:
+      return "kv";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handle
+
+Expr::Expr(const ExprNode* node) : node_(node) {
+  if (node_ != nullptr) node_->ref_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+Expr::Expr(const Expr& other) : Expr(other.node_) {}
+
+Expr::Expr(Expr&& other) noexcept : node_(std::exchange(other.node_, nullptr)) {}
+
+Expr& Expr::operator=(Expr other) noexcept {
+  std::swap(node_, other.node_);
+  return *this;
+}
+
+Expr::~Expr() {
+  if (node_ != nullptr && node_->ref_count.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    delete node_;
+  }
+}
+
+Type Expr::type() const {
+  return node_->type;
+}
+ExprKind Expr::kind() const {
+  return node_->kind;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Types
+
+std::optional<Type> result_type(ExprKind kind, std::span<const Type> operand_types) {
+  if (static_cast<int>(operand_types.size()) != operand_count(kind) || operand_types.empty()) {
+    return std::nullopt;
+  }
+  const Type a = operand_types[0];
+  switch (kind) {
+    case ExprKind::Add:
+    case ExprKind::Sub:
+    case ExprKind::Mul:
+    case ExprKind::Div:
+    case ExprKind::Mod:
+    case ExprKind::Min:
+    case ExprKind::Max:
+      if (a == Type::Int && operand_types[1] == Type::Int) return Type::Int;
+      return std::nullopt;
+    case ExprKind::Abs:
+    case ExprKind::Neg:
+      if (a == Type::Int) return Type::Int;
+      return std::nullopt;
+    case ExprKind::EQ:
+    case ExprKind::NE:
+      if (a == operand_types[1]) return Type::Bool;
+      return std::nullopt;
+    case ExprKind::LT:
+    case ExprKind::LE:
+    case ExprKind::GT:
+    case ExprKind::GE:
+      if (a == Type::Int && operand_types[1] == Type::Int) return Type::Bool;
+      return std::nullopt;
+    case ExprKind::And:
+    case ExprKind::Or:
+      if (a == Type::Bool && operand_types[1] == Type::Bool) return Type::Bool;
+      return std::nullopt;
+    case ExprKind::Not:
+      if (a == Type::Bool) return Type::Bool;
+      return std::nullopt;
+    case ExprKind::Select:
+      if (a == Type::Bool && operand_types[1] == operand_types[2]) return operand_types[1];
+      return std::nullopt;
+    case ExprKind::IntImm:
+    case ExprKind::BoolImm:
+    case ExprKind::Var:
+    case ExprKind::Param:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+int operand_count(ExprKind kind) {
+  switch (kind) {
+    case ExprKind::IntImm:
+    case ExprKind::BoolImm:
+    case ExprKind::Var:
+    case ExprKind::Param:
+      return 0;
+    case ExprKind::Abs:
+    case ExprKind::Neg:
+    case ExprKind::Not:
+      return 1;
+    case ExprKind::Select:
+      return 3;
+    default:
+      return 2;
+  }
+}
+
+const Expr& operand(const Expr& e, int index) {
+  const int count = operand_count(e.kind());
+  if (index < 0 || index >= count) contract_violation("operand index out of range", e.kind());
+  if (count == 1) return static_cast<const UnaryNode*>(e.get())->a;
+  if (count == 2) {
+    const auto* node = static_cast<const BinaryNode*>(e.get());
+    return index == 0 ? node->a : node->b;
+  }
+  const auto* select = static_cast<const Select*>(e.get());
+  return index == 0 ? select->condition : index == 1 ? select->true_value : select->false_value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Constructors
+
+Expr IntImm::make(int32_t value) {
+  auto* node = new IntImm();
+  node->value = value;
+  return Expr(node);
+}
+
+Expr BoolImm::make(bool value) {
+  auto* node = new BoolImm();
+  node->value = value;
+  return Expr(node);
+}
+
+Expr Var::make(Variable variable) {
+  auto* node = new Var();
+  node->variable = variable;
+  return Expr(node);
+}
+
+Expr Param::make(Type type, int slot, std::string name) {
+  if (slot < 0 || slot >= fj::kMaxScalarParams) {
+    contract_violation("parameter slot out of range", ExprKind::Param);
+  }
+  auto* node = new Param(type);
+  node->slot = slot;
+  node->name = std::move(name);
+  return Expr(node);
+}
+
+#define FJ_DEFINE_UNARY_MAKE(node)                              \
+  Expr node::make(Expr a) {                                     \
+    auto* created = new_node<node>(checked_shape(kKind, {&a})); \
+    created->a = std::move(a);                                  \
+    return Expr(created);                                       \
+  }
+#define FJ_DEFINE_BINARY_MAKE(node)                                 \
+  Expr node::make(Expr a, Expr b) {                                 \
+    auto* created = new_node<node>(checked_shape(kKind, {&a, &b})); \
+    created->a = std::move(a);                                      \
+    created->b = std::move(b);                                      \
+    return Expr(created);                                           \
+  }
+FJ_DEFINE_BINARY_MAKE(Add)
+FJ_DEFINE_BINARY_MAKE(Sub)
+FJ_DEFINE_BINARY_MAKE(Mul)
+FJ_DEFINE_BINARY_MAKE(Div)
+FJ_DEFINE_BINARY_MAKE(Mod)
+FJ_DEFINE_BINARY_MAKE(Min)
+FJ_DEFINE_BINARY_MAKE(Max)
+FJ_DEFINE_UNARY_MAKE(Abs)
+FJ_DEFINE_UNARY_MAKE(Neg)
+FJ_DEFINE_BINARY_MAKE(EQ)
+FJ_DEFINE_BINARY_MAKE(NE)
+FJ_DEFINE_BINARY_MAKE(LT)
+FJ_DEFINE_BINARY_MAKE(LE)
+FJ_DEFINE_BINARY_MAKE(GT)
+FJ_DEFINE_BINARY_MAKE(GE)
+FJ_DEFINE_BINARY_MAKE(And)
+FJ_DEFINE_BINARY_MAKE(Or)
+FJ_DEFINE_UNARY_MAKE(Not)
+#undef FJ_DEFINE_UNARY_MAKE
+#undef FJ_DEFINE_BINARY_MAKE
+
+Expr Select::make(Expr condition, Expr true_value, Expr false_value) {
+  auto* created = new_node<Select>(checked_shape(kKind, {&condition, &true_value, &false_value}));
+  created->condition = std::move(condition);
+  created->true_value = std::move(true_value);
+  created->false_value = std::move(false_value);
+  return Expr(created);
+}
+
+namespace {
+
+template <class Node>
+Expr make_from_operands(std::span<const Expr> operands) {
+  if constexpr (std::is_base_of_v<UnaryNode, Node>) {
+    return Node::make(operands[0]);
+  } else if constexpr (std::is_base_of_v<BinaryNode, Node>) {
+    return Node::make(operands[0], operands[1]);
+  } else if constexpr (std::is_same_v<Select, Node>) {
+    return Select::make(operands[0], operands[1], operands[2]);
+  } else {
+    contract_violation("make_operation on a leaf", Node::kKind);
+  }
+}
+
+}  // namespace
+
+Expr make_operation(ExprKind kind, std::span<const Expr> operands) {
+  if (static_cast<int>(operands.size()) != operand_count(kind)) {
+    contract_violation("wrong number of operands", kind);
+  }
+  switch (kind) {
+#define FJ_MAKE_OPERATION(node) \
+  case ExprKind::node:          \
+    return make_from_operands<node>(operands);
+    FJ_FOR_EACH_EXPR(FJ_MAKE_OPERATION)
+#undef FJ_MAKE_OPERATION
+  }
+  contract_violation("unknown kind", kind);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Visitor and mutator
+
+void IRVisitor::visit(const Expr& e) {
+  switch (e.kind()) {
+#define FJ_DISPATCH(node)                     \
+  case ExprKind::node:                        \
+    visit(static_cast<const node*>(e.get())); \
+    return;
+    FJ_FOR_EACH_EXPR(FJ_DISPATCH)
+#undef FJ_DISPATCH
+  }
+}
+
+#define FJ_DEFAULT_VISIT(node)                             \
+  void IRVisitor::visit(const node* op) {                  \
+    const Expr self(op);                                   \
+    for (int i = 0; i < operand_count(node::kKind); ++i) { \
+      visit(operand(self, i));                             \
+    }                                                      \
+  }
+FJ_FOR_EACH_EXPR(FJ_DEFAULT_VISIT)
+#undef FJ_DEFAULT_VISIT
+
+Expr IRMutator::mutate(const Expr& e) {
+  if (!e.defined()) return e;
+  switch (e.kind()) {
+#define FJ_DISPATCH(node) \
+  case ExprKind::node:    \
+    return visit(static_cast<const node*>(e.get()));
+    FJ_FOR_EACH_EXPR(FJ_DISPATCH)
+#undef FJ_DISPATCH
+  }
+  return e;
+}
+
+namespace {
+
+// Rebuilds `op` from mutated operands, or returns it when none changed.
+template <class Node>
+Expr mutate_operands(IRMutator& mutator, const Node* op) {
+  Expr self(op);
+  if constexpr (std::is_base_of_v<UnaryNode, Node>) {
+    Expr a = mutator.mutate(op->a);
+    if (a.same_as(op->a)) return self;
+    return Node::make(std::move(a));
+  } else if constexpr (std::is_base_of_v<BinaryNode, Node>) {
+    Expr a = mutator.mutate(op->a);
+    Expr b = mutator.mutate(op->b);
+    if (a.same_as(op->a) && b.same_as(op->b)) return self;
+    return Node::make(std::move(a), std::move(b));
+  } else if constexpr (std::is_same_v<Select, Node>) {
+    Expr condition = mutator.mutate(op->condition);
+    Expr true_value = mutator.mutate(op->true_value);
+    Expr false_value = mutator.mutate(op->false_value);
+    if (condition.same_as(op->condition) && true_value.same_as(op->true_value) &&
+        false_value.same_as(op->false_value)) {
+      return self;
+    }
+    return Select::make(std::move(condition), std::move(true_value), std::move(false_value));
+  } else {
+    return self;  // a leaf
+  }
+}
+
+}  // namespace
+
+#define FJ_DEFAULT_MUTATE(node)           \
+  Expr IRMutator::visit(const node* op) { \
+    return mutate_operands(*this, op);    \
+  }
+FJ_FOR_EACH_EXPR(FJ_DEFAULT_MUTATE)
+#undef FJ_DEFAULT_MUTATE
+
+namespace {
+
+class VariableFinder : public IRVisitor {
+ public:
+  explicit VariableFinder(Variable variable) : variable_(variable) {}
+  using IRVisitor::visit;
+  bool found = false;
+
+ protected:
+  void visit(const Var* op) override { found = found || op->variable == variable_; }
+
+ private:
+  Variable variable_;
+};
+
+}  // namespace
+
+bool uses_variable(const Expr& e, Variable variable) {
+  VariableFinder finder(variable);
+  finder.visit(e);
+  return finder.found;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Printer
+
+namespace {
+
+class Printer : public IRVisitor {
+ public:
+  explicit Printer(std::ostream& out) : out_(out) {}
+  using IRVisitor::visit;
+
+ protected:
+#define FJ_PRINT_VISIT(node)            \
+  void visit(const node* op) override { \
+    print(op);                          \
+  }
+  FJ_FOR_EACH_EXPR(FJ_PRINT_VISIT)
+#undef FJ_PRINT_VISIT
+
+ private:
+  void print(const IntImm* op) {
+    out_ << op->value;
+  }
+  void print(const BoolImm* op) {
+    out_ << (op->value ? "true" : "false");
+  }
+  void print(const Var* op) {
+    out_ << variable_name(op->variable);
+  }
+  void print(const Param* op) {
+    out_ << op->name;
+  }
+
+  template <class Node>
+  void print(const Node* op) {
+    if constexpr (Node::kSyntax == Syntax::Call) {
+      out_ << Node::kSpelling << '(';
+      if constexpr (std::is_base_of_v<BinaryNode, Node>) {
+        visit(op->a);
+        out_ << ", ";
+        visit(op->b);
+      } else {
+        visit(op->a);
+      }
+      out_ << ')';
+    } else if constexpr (Node::kSyntax == Syntax::Prefix) {
+      out_ << Node::kSpelling;
+      print_operand(op->a);
+    } else {
+      print_operand(op->a);
+      out_ << ' ' << Node::kSpelling << ' ';
+      print_operand(op->b);
+    }
+  }
+
+  void print(const Select* op) {
+    print_operand(op->condition);
+    out_ << " ? ";
+    print_operand(op->true_value);
+    out_ << " : ";
+    print_operand(op->false_value);
+  }
+
+  // Operands that are themselves operators (or negative numbers) go in parentheses, so the
+  // text reads the same whatever precedence the reader assumes.
+  void print_operand(const Expr& e) {
+    const IntImm* number = e.as<IntImm>();
+    const bool bare =
+        number != nullptr ? number->value >= 0 : operand_count(e.kind()) == 0 || is_call(e.kind());
+    if (!bare) out_ << '(';
+    visit(e);
+    if (!bare) out_ << ')';
+  }
+
+  static bool is_call(ExprKind kind) {
+    switch (kind) {
+#define FJ_IS_CALL(node) \
+  case ExprKind::node:   \
+    return syntax_of<node>() == Syntax::Call;
+      FJ_FOR_EACH_EXPR(FJ_IS_CALL)
+#undef FJ_IS_CALL
+    }
+    return false;
+  }
+
+  template <class Node>
+  static constexpr Syntax syntax_of() {
+    if constexpr (requires { Node::kSyntax; }) {
+      return Node::kSyntax;
+    } else {
+      return Syntax::Infix;  // leaves and Select have no kSyntax; none is written as a call
+    }
+  }
+
+  std::ostream& out_;
+};
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& out, const Expr& e) {
+  if (!e.defined()) return out << "<undefined>";
+  Printer printer(out);
+  printer.visit(e);
+  return out;
+}
+
+std::string to_string(const Expr& e) {
+  std::ostringstream out;
+  out << e;
+  return out.str();
+}
+
+}  // namespace flexjit::ir
