@@ -1,0 +1,94 @@
+// The in-memory kernel cache: compiles each distinct kernel once with NVRTC and loads its
+// module lazily into every CUDA context that launches it.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstddef>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "flexjit/compiler/result.h"
+
+namespace flexjit {
+
+// Everything that determines a kernel's cubin (together with the embedded templates and the
+// NVRTC version, which the cache adds).
+struct KernelSpec {
+  std::string name;    // readable kernel name == the extern "C" __global__ entry symbol
+  std::string source;  // full CUDA source; includes templates by name (#include "fj_ops.cuh")
+  std::string arch;    // NVRTC architecture, e.g. "sm_90a"
+  std::vector<std::string> options;  // extra NVRTC options, in order
+};
+
+// One compiled kernel: immutable after compilation and shared by everyone who asked for it.
+class CompiledKernel {
+ public:
+  CompiledKernel(std::string name, std::string key, std::string cubin, std::string log);
+  CompiledKernel(const CompiledKernel&) = delete;
+  CompiledKernel& operator=(const CompiledKernel&) = delete;
+  // Unloads the modules loaded into each context, ignoring errors (the context or the driver
+  // may already be gone at exit).
+  ~CompiledKernel();
+
+  const std::string& name() const { return name_; }
+  const std::string& cubin() const { return cubin_; }
+  const std::string& log() const { return log_; }  // NVRTC's warnings, possibly empty
+  const std::string& key() const { return key_; }  // KernelCache::key of the spec, in hex
+
+  // The entry function in the calling thread's current CUDA context (device 0's primary
+  // context when the thread has none), loading the module there on first use. When
+  // dynamic_smem_bytes exceeds the 48 KiB default limit, the function's
+  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES is raised to it (once per size and
+  // context). Thread-safe; driver failures are returned as Errors.
+  Result<CUfunction> function(size_t dynamic_smem_bytes) const;
+
+ private:
+  struct LoadedModule {
+    CUmodule module = nullptr;
+    CUfunction function = nullptr;
+    size_t dynamic_smem_limit = 0;  // the attribute's value we set; 0 = the default
+  };
+
+  std::string name_;
+  std::string key_;
+  std::string cubin_;
+  std::string log_;
+  mutable std::mutex modules_mutex_;
+  mutable std::unordered_map<CUcontext, LoadedModule> modules_;
+};
+
+using CompiledKernelPtr = std::shared_ptr<const CompiledKernel>;
+
+// Compiled kernels by key, for the life of the cache.
+class KernelCache {
+ public:
+  // The kernel for `spec`, compiled with every embedded template available as a header.
+  // Thread-safe: concurrent requests for one key compile once, the others wait and get the
+  // same result. A failed compile is returned to everyone waiting for it and is not cached.
+  Result<CompiledKernelPtr> get(const KernelSpec& spec);
+
+  // How many NVRTC compiles this cache has run.
+  size_t compile_count() const { return compile_count_.load(); }
+
+  // XXH3-128, in hex, over length-prefixed fields in a fixed order: a format version, the
+  // embedded templates (names and bytes, sorted by name), the NVRTC version, then the spec's
+  // name, source, arch and options.
+  static std::string key(const KernelSpec& spec);
+
+ private:
+  Result<CompiledKernelPtr> compile(const KernelSpec& spec, std::string key);
+
+  using SharedResult = std::shared_future<Result<CompiledKernelPtr>>;
+  std::mutex mutex_;
+  std::unordered_map<std::string, CompiledKernelPtr> compiled_;
+  std::unordered_map<std::string, SharedResult> in_flight_;
+  std::atomic<size_t> compile_count_ = 0;
+};
+
+}  // namespace flexjit
