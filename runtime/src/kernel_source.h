@@ -1,0 +1,30 @@
+// Kernel source assembly: the generated variant struct of a mask plugged into a kernel
+// template, with a readable entry-point name that the cache, the CLI and profilers show.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "flexjit/compiler/mask.h"
+#include "kernel_cache.h"
+
+namespace flexjit {
+
+struct PrefillKernelConfig {
+  int head_dim = 128;
+  bool bf16 = true;
+  int page_size = 16;
+  std::string arch = "sm_90a";
+};
+
+// Head dims and page sizes the paged prefill template is instantiated for.
+bool prefill_head_dim_supported(int head_dim);
+bool prefill_page_size_supported(int page_size);
+
+// "prefill_sliding_hd128_bf16_page16_sm90a"
+std::string prefill_kernel_name(std::string_view mask_name, const PrefillKernelConfig& config);
+
+// Name, full CUDA source (variant struct + template instantiation), arch and NVRTC options.
+KernelSpec prefill_kernel_spec(const MaskFunction& mask, const PrefillKernelConfig& config);
+
+}  // namespace flexjit

@@ -1,0 +1,346 @@
+#include "paged_check.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "cuda_driver.h"
+#include "handles.h"
+#include "reference.h"
+
+namespace flexjit {
+
+namespace {
+
+uint16_t to_bits(float value, fj_dtype dtype) {
+  if (dtype == FJ_DTYPE_BF16) return __nv_bfloat16_raw(__float2bfloat16_rn(value)).x;
+  return __half_raw(__float2half_rn(value)).x;
+}
+
+float from_bits(uint16_t bits, fj_dtype dtype) {
+  if (dtype == FJ_DTYPE_BF16) {
+    __nv_bfloat16_raw raw;
+    raw.x = bits;
+    return __bfloat162float(__nv_bfloat16(raw));
+  }
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+}
+
+// A quiet NaN of the dtype: what unowned cache slots hold, so reading one shows in the output.
+uint16_t nan_bits(fj_dtype dtype) {
+  return dtype == FJ_DTYPE_BF16 ? 0x7fc0 : 0x7e00;
+}
+
+// Device memory owned for the duration of one check.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const cuda::DriverApi& api) : api_(api) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (pointer_ != 0) api_.cuMemFree(pointer_);
+  }
+
+  Result<bool> upload(const void* data, size_t bytes) {
+    if (auto status = allocate(bytes); !status) return status;
+    const CUresult status = api_.cuMemcpyHtoD(pointer_, data, bytes);
+    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemcpyHtoD", status);
+    return true;
+  }
+
+  // Fills every byte with `value` (poison for outputs).
+  Result<bool> fill(size_t bytes, unsigned char value) {
+    if (auto status = allocate(bytes); !status) return status;
+    const CUresult status = api_.cuMemsetD8(pointer_, value, bytes);
+    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemsetD8", status);
+    return true;
+  }
+
+  Result<bool> download(void* data, size_t bytes) const {
+    const CUresult status = api_.cuMemcpyDtoH(data, pointer_, bytes);
+    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemcpyDtoH", status);
+    return true;
+  }
+
+  void* get() const { return reinterpret_cast<void*>(pointer_); }
+
+ private:
+  Result<bool> allocate(size_t bytes) {
+    const CUresult status = api_.cuMemAlloc(&pointer_, std::max<size_t>(bytes, 16));
+    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemAlloc", status);
+    return true;
+  }
+
+  const cuda::DriverApi& api_;
+  CUdeviceptr pointer_ = 0;
+};
+
+struct PagedInputs {
+  HostPagedBatch batch;  // what the reference reads (values rounded to the dtype)
+  std::vector<uint16_t> q_bits, k_bits, v_bits;
+};
+
+Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64& rng) {
+  PagedInputs inputs;
+  HostPagedBatch& batch = inputs.batch;
+  const int num_reqs = static_cast<int>(config.query_lens.size());
+  if (num_reqs == 0 || config.context_lens.size() != config.query_lens.size()) {
+    return Error{"query_lens and context_lens must be non-empty and of equal length"};
+  }
+  batch.num_heads = config.num_heads;
+  batch.num_kv_heads = config.num_kv_heads;
+  batch.head_dim = config.head_dim;
+  batch.page_size = config.page_size;
+  batch.scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  batch.params = config.params;
+
+  batch.query_start_loc.push_back(0);
+  int max_blocks = 1;
+  for (int r = 0; r < num_reqs; ++r) {
+    if (config.query_lens[r] < 0 || config.context_lens[r] < 0) {
+      return Error{"query and context lengths must be >= 0"};
+    }
+    batch.query_start_loc.push_back(batch.query_start_loc.back() + config.query_lens[r]);
+    batch.seq_lens.push_back(config.context_lens[r] + config.query_lens[r]);
+    max_blocks =
+        std::max(max_blocks, (batch.seq_lens.back() + config.page_size - 1) / config.page_size);
+  }
+  // Spare columns and spare physical blocks hold garbage that a correct kernel never reads.
+  batch.max_blocks_per_req = max_blocks;
+  batch.block_table_stride = max_blocks + 3;
+  int used_blocks = 0;
+  for (int r = 0; r < num_reqs; ++r) {
+    used_blocks += (batch.seq_lens[r] + config.page_size - 1) / config.page_size;
+  }
+  const int num_blocks = used_blocks + 2;
+  std::vector<int32_t> physical(num_blocks);
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  batch.block_table.assign(num_reqs * batch.block_table_stride, 0);
+  int next_block = 0;
+  for (int r = 0; r < num_reqs; ++r) {
+    const int blocks = (batch.seq_lens[r] + config.page_size - 1) / config.page_size;
+    for (int j = 0; j < batch.block_table_stride; ++j) {
+      batch.block_table[r * batch.block_table_stride + j] =
+          j < blocks ? physical[next_block++] : 0x7fffff00 + j;
+    }
+  }
+
+  const int64_t d = config.head_dim;
+  const int64_t hk = config.num_kv_heads;
+  const int64_t page = config.page_size;
+  for (HostCache* cache : {&batch.k, &batch.v}) {
+    cache->stride_block = page * hk * d;
+    if (config.layout == KvLayout::NHD) {
+      cache->stride_slot = hk * d;
+      cache->stride_head = d;
+    } else {
+      cache->stride_head = page * d;
+      cache->stride_slot = d;
+    }
+  }
+
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t cache_elems = num_blocks * page * hk * d;
+  const uint16_t nan = nan_bits(config.dtype);
+  inputs.k_bits.assign(cache_elems, nan);
+  inputs.v_bits.assign(cache_elems, nan);
+  batch.k.values.assign(cache_elems, std::numeric_limits<float>::quiet_NaN());
+  batch.v.values.assign(cache_elems, std::numeric_limits<float>::quiet_NaN());
+  for (int r = 0; r < num_reqs; ++r) {
+    for (int key = 0; key < batch.seq_lens[r]; ++key) {
+      const int64_t block = batch.block_table[r * batch.block_table_stride + key / page];
+      for (int64_t h = 0; h < hk; ++h) {
+        const int64_t base = block * batch.k.stride_block + (key % page) * batch.k.stride_slot +
+                             h * batch.k.stride_head;
+        for (int64_t i = 0; i < d; ++i) {
+          inputs.k_bits[base + i] = to_bits(normal(rng), config.dtype);
+          inputs.v_bits[base + i] = to_bits(normal(rng), config.dtype);
+          batch.k.values[base + i] = from_bits(inputs.k_bits[base + i], config.dtype);
+          batch.v.values[base + i] = from_bits(inputs.v_bits[base + i], config.dtype);
+        }
+      }
+    }
+  }
+  const int64_t q_elems = int64_t{batch.num_tokens()} * config.num_heads * d;
+  inputs.q_bits.resize(q_elems);
+  batch.q.resize(q_elems);
+  for (int64_t i = 0; i < q_elems; ++i) {
+    inputs.q_bits[i] = to_bits(normal(rng), config.dtype);
+    batch.q[i] = from_bits(inputs.q_bits[i], config.dtype);
+  }
+  return inputs;
+}
+
+// Compares kernel output with the reference.
+void compare(const PagedCheckConfig& config, const HostPagedBatch& batch,
+             const ReferenceOutput& reference, const std::vector<uint16_t>& out_bits,
+             const std::vector<float>& lse, PagedCheckReport& report) {
+  double diff_sq = 0.0;
+  double ref_sq = 0.0;
+  const int64_t rows = int64_t{batch.num_tokens()} * batch.num_heads;
+  const int d = batch.head_dim;
+  for (int64_t row = 0; row < rows; ++row) {
+    const bool empty_row = std::isinf(reference.lse[row]);
+    bool row_wrong = false;
+    for (int i = 0; i < d; ++i) {
+      const double value = from_bits(out_bits[row * d + i], config.dtype);
+      const double want = reference.out[row * d + i];
+      if (!std::isfinite(value)) {
+        ++report.bad_outputs;
+        continue;
+      }
+      diff_sq += (value - want) * (value - want);
+      ref_sq += want * want;
+      report.max_abs_error = std::max(report.max_abs_error, std::abs(value - want));
+      row_wrong = row_wrong || (empty_row && value != 0.0);
+    }
+    if (std::isnan(lse[row])) {
+      ++report.bad_outputs;
+    } else if (empty_row) {
+      row_wrong = row_wrong || !(std::isinf(lse[row]) && lse[row] < 0);
+    } else {
+      report.lse_max_abs_error =
+          std::max(report.lse_max_abs_error, std::abs(lse[row] - reference.lse[row]));
+    }
+    if (row_wrong) ++report.empty_rows_wrong;
+  }
+  report.relative_error = ref_sq > 0.0 ? std::sqrt(diff_sq / ref_sq) : std::sqrt(diff_sq);
+}
+
+}  // namespace
+
+double relative_error_tolerance(fj_dtype dtype) {
+  return dtype == FJ_DTYPE_BF16 ? 1e-2 : 2e-3;
+}
+
+Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* program,
+                                         const PagedCheckConfig& config) {
+  auto mask = program_mask(*program, config.mask);
+  if (!mask) return mask.error();
+  if (config.params.size() != program->params.size()) {
+    return Error{fmt::format("{} runtime parameters given, the program declares {}",
+                             config.params.size(), program->params.size())};
+  }
+  std::mt19937_64 rng(config.seed);
+  auto inputs = make_inputs(config, rng);
+  if (!inputs) return inputs.error();
+  const HostPagedBatch& batch = inputs->batch;
+
+  fj_kernel_desc desc{};
+  desc.struct_size = sizeof(desc);
+  desc.mask = config.mask.c_str();
+  desc.head_dim = config.head_dim;
+  desc.dtype = config.dtype;
+  desc.page_size = config.page_size;
+  desc.arch = config.arch.empty() ? nullptr : config.arch.c_str();
+  fj_kernel* kernel = nullptr;
+  if (fj_kernel_create(context, program, &desc, &kernel) != FJ_SUCCESS) {
+    return Error{fj_context_last_error(context)};
+  }
+  std::unique_ptr<fj_kernel, decltype(&fj_kernel_destroy)> kernel_owner(kernel, fj_kernel_destroy);
+  PagedCheckReport report;
+  report.kernel_name = kernel->compiled->name();
+  report.num_tokens = batch.num_tokens();
+
+  auto api_result = cuda::driver_api();
+  if (!api_result) return api_result.error();
+  const cuda::DriverApi& api = **api_result;
+  if (auto cu_context = cuda::current_or_primary_context(); !cu_context) {
+    return cu_context.error();
+  }
+
+  const int64_t rows = int64_t{batch.num_tokens()} * batch.num_heads;
+  const size_t out_bytes = rows * batch.head_dim * 2;
+  DeviceBuffer q(api), k(api), v(api), out(api), lse(api), qsl(api), seq_lens(api), table(api);
+  for (auto status : {
+           q.upload(inputs->q_bits.data(), inputs->q_bits.size() * 2),
+           k.upload(inputs->k_bits.data(), inputs->k_bits.size() * 2),
+           v.upload(inputs->v_bits.data(), inputs->v_bits.size() * 2),
+           out.fill(out_bytes, 0xff),
+           lse.fill(rows * sizeof(float), 0xff),
+           qsl.upload(batch.query_start_loc.data(), batch.query_start_loc.size() * 4),
+           seq_lens.upload(batch.seq_lens.data(), batch.seq_lens.size() * 4),
+           table.upload(batch.block_table.data(), batch.block_table.size() * 4),
+       }) {
+    if (!status) return status.error();
+  }
+
+  fj_paged_attention_args args{};
+  args.struct_size = sizeof(args);
+  args.q = q.get();
+  args.out = out.get();
+  args.k_cache = k.get();
+  args.v_cache = v.get();
+  args.query_start_loc = static_cast<const int32_t*>(qsl.get());
+  args.seq_lens = static_cast<const int32_t*>(seq_lens.get());
+  args.block_table = static_cast<const int32_t*>(table.get());
+  args.lse = static_cast<float*>(lse.get());
+  args.num_tokens = batch.num_tokens();
+  args.num_reqs = batch.num_reqs();
+  args.num_heads = batch.num_heads;
+  args.num_kv_heads = batch.num_kv_heads;
+  args.max_query_len = *std::max_element(config.query_lens.begin(), config.query_lens.end());
+  args.max_blocks_per_req = batch.max_blocks_per_req;
+  args.q_stride_token = int64_t{batch.num_heads} * batch.head_dim;
+  args.q_stride_head = batch.head_dim;
+  args.out_stride_token = args.q_stride_token;
+  args.out_stride_head = args.q_stride_head;
+  args.k_stride_block = batch.k.stride_block;
+  args.k_stride_slot = batch.k.stride_slot;
+  args.k_stride_head = batch.k.stride_head;
+  args.v_stride_block = batch.v.stride_block;
+  args.v_stride_slot = batch.v.stride_slot;
+  args.v_stride_head = batch.v.stride_head;
+  args.block_table_stride = batch.block_table_stride;
+  args.lse_stride_token = batch.num_heads;
+  args.scale = batch.scale;
+  args.params = batch.params.data();
+  args.num_params = static_cast<int32_t>(batch.params.size());
+
+  if (fj_paged_attention(kernel, &args, nullptr) != FJ_SUCCESS) {
+    return Error{fj_context_last_error(context)};
+  }
+  if (const CUresult status = api.cuCtxSynchronize(); status != CUDA_SUCCESS) {
+    return cuda::driver_error(api, "kernel execution", status);
+  }
+  std::vector<uint16_t> out_bits(rows * batch.head_dim);
+  std::vector<float> lse_values(rows);
+  if (auto status = out.download(out_bits.data(), out_bytes); !status) return status.error();
+  if (auto status = lse.download(lse_values.data(), rows * sizeof(float)); !status) {
+    return status.error();
+  }
+
+  if (config.timing_iterations > 0) {
+    CUevent start, stop;
+    api.cuEventCreate(&start, CU_EVENT_DEFAULT);
+    api.cuEventCreate(&stop, CU_EVENT_DEFAULT);
+    api.cuEventRecord(start, nullptr);
+    for (int i = 0; i < config.timing_iterations; ++i)
+      fj_paged_attention(kernel, &args, nullptr);
+    api.cuEventRecord(stop, nullptr);
+    api.cuEventSynchronize(stop);
+    float ms = 0.0f;
+    api.cuEventElapsedTime(&ms, start, stop);
+    report.kernel_ms = ms / config.timing_iterations;
+    api.cuEventDestroy(start);
+    api.cuEventDestroy(stop);
+  }
+
+  const ReferenceOutput reference = reference_paged_attention(*mask, batch);
+  report.visible_pairs = reference.visible_pairs;
+  compare(config, batch, reference, out_bits, lse_values, report);
+  return report;
+}
+
+}  // namespace flexjit

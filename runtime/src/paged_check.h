@@ -1,0 +1,55 @@
+// Runs one paged attention call on random inputs and checks it against the double-precision
+// reference: what `flexjit run` does and what the GPU tests assert on. Inputs follow vLLM's
+// paged layout with a shuffled block table, garbage in the block-table entries past each
+// sequence and NaN in cache slots no request owns; outputs are poisoned before the launch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flexjit/compiler/result.h"
+#include "flexjit/flexjit.h"
+
+namespace flexjit {
+
+// Where a K or V element lives: vLLM's NHD cache [blocks, page, kv_heads, D], or HND
+// [blocks, kv_heads, page, D].
+enum class KvLayout { NHD, HND };
+
+struct PagedCheckConfig {
+  std::string mask;
+  fj_dtype dtype = FJ_DTYPE_BF16;
+  int head_dim = 128;
+  int page_size = 16;
+  int num_heads = 8;
+  int num_kv_heads = 8;
+  KvLayout layout = KvLayout::NHD;
+  std::vector<int> query_lens;    // new tokens of each request
+  std::vector<int> context_lens;  // keys already cached before them (seq_len = context + query)
+  std::vector<int32_t> params;    // runtime parameters by slot
+  uint64_t seed = 1;
+  int timing_iterations = 0;  // > 0: also time this many launches
+  std::string arch;           // empty: the device's
+};
+
+struct PagedCheckReport {
+  std::string kernel_name;
+  int num_tokens = 0;
+  int64_t visible_pairs = 0;  // (row, key) pairs kept by the mask, over all heads
+  double relative_error = 0;  // ||out - ref|| / ||ref||, Frobenius norms
+  double max_abs_error = 0;   // max |out - ref|
+  double lse_max_abs_error = 0;
+  int64_t bad_outputs = 0;       // NaN/Inf (also: poisoned values never written)
+  int64_t empty_rows_wrong = 0;  // rows with no visible key whose out is not 0 or lse not -inf
+  double kernel_ms = 0;          // mean time per launch, when timed
+};
+
+// Requires a CUDA device. `program` must come from `context`.
+Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* program,
+                                         const PagedCheckConfig& config);
+
+// The tolerance DESIGN.md §9 sets for the relative error: 1e-2 for bf16, 2e-3 for fp16.
+double relative_error_tolerance(fj_dtype dtype);
+
+}  // namespace flexjit

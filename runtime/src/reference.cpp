@@ -1,0 +1,101 @@
+#include "reference.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+namespace flexjit {
+
+namespace {
+
+// One (token, head) row of the output; returns the number of visible keys.
+int64_t reference_row(const MaskFunction& mask, const HostPagedBatch& batch, int request, int token,
+                      int head, double* out, double* lse) {
+  const int d = batch.head_dim;
+  const int group = batch.num_heads / batch.num_kv_heads;
+  const int kv_head = head / group;
+  const int query_len = batch.query_start_loc[request + 1] - batch.query_start_loc[request];
+  const int seq_len = batch.seq_lens[request];
+  const int q_pos = seq_len - query_len + (token - batch.query_start_loc[request]);
+  const int64_t capacity = int64_t{batch.max_blocks_per_req} * batch.page_size;
+  const int kv_end = static_cast<int>(std::min<int64_t>(seq_len, capacity));
+  const float* q_row = &batch.q[(int64_t{token} * batch.num_heads + head) * d];
+  const int32_t* block_row = &batch.block_table[request * batch.block_table_stride];
+
+  std::vector<double> scores;
+  std::vector<int> keys;
+  for (int kv = 0; kv < kv_end; ++kv) {
+    const EvalPoint point{request, head, q_pos, kv, batch.params};
+    if (!evaluate_mask(mask, point)) continue;
+    const int64_t block = block_row[kv / batch.page_size];
+    const int64_t slot = kv % batch.page_size;
+    double dot = 0.0;
+    for (int i = 0; i < d; ++i)
+      dot += double{q_row[i]} * batch.k.at(block, slot, kv_head, i);
+    scores.push_back(dot * batch.scale);
+    keys.push_back(kv);
+  }
+  std::fill(out, out + d, 0.0);
+  if (scores.empty()) {
+    *lse = -std::numeric_limits<double>::infinity();
+    return 0;
+  }
+  const double max_score = *std::max_element(scores.begin(), scores.end());
+  double sum = 0.0;
+  for (size_t j = 0; j < scores.size(); ++j) {
+    const double p = std::exp(scores[j] - max_score);
+    sum += p;
+    const int64_t block = block_row[keys[j] / batch.page_size];
+    const int64_t slot = keys[j] % batch.page_size;
+    for (int i = 0; i < d; ++i)
+      out[i] += p * batch.v.at(block, slot, kv_head, i);
+  }
+  for (int i = 0; i < d; ++i)
+    out[i] /= sum;
+  *lse = max_score + std::log(sum);
+  return static_cast<int64_t>(scores.size());
+}
+
+}  // namespace
+
+ReferenceOutput reference_paged_attention(const MaskFunction& mask, const HostPagedBatch& batch) {
+  ReferenceOutput result;
+  const int num_tokens = batch.num_tokens();
+  result.out.assign(int64_t{num_tokens} * batch.num_heads * batch.head_dim, 0.0);
+  result.lse.assign(int64_t{num_tokens} * batch.num_heads, 0.0);
+
+  // Rows are independent: hand out (request, token) rows to threads through a counter.
+  std::vector<std::pair<int, int>> rows;
+  for (int r = 0; r < batch.num_reqs(); ++r) {
+    for (int t = batch.query_start_loc[r]; t < batch.query_start_loc[r + 1]; ++t) {
+      rows.emplace_back(r, t);
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> visible{0};
+  auto work = [&] {
+    int64_t local_visible = 0;
+    for (size_t i = next++; i < rows.size(); i = next++) {
+      const auto [request, token] = rows[i];
+      for (int h = 0; h < batch.num_heads; ++h) {
+        const int64_t row = int64_t{token} * batch.num_heads + h;
+        local_visible += reference_row(mask, batch, request, token, h,
+                                       &result.out[row * batch.head_dim], &result.lse[row]);
+      }
+    }
+    visible += local_visible;
+  };
+  const unsigned num_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < num_threads; ++i)
+    threads.emplace_back(work);
+  work();
+  for (auto& thread : threads)
+    thread.join();
+  result.visible_pairs = visible;
+  return result;
+}
+
+}  // namespace flexjit

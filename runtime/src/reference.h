@@ -1,0 +1,52 @@
+// Naive double-precision paged attention (DESIGN.md §3): the reference that `flexjit run` and
+// the GPU tests compare kernels against. It reads the cache through the same strides as the
+// kernel and evaluates the mask with the IR evaluator, element by element, no tiling.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "flexjit/compiler/mask.h"
+
+namespace flexjit {
+
+// A K or V cache on the host: element (block, slot, kv_head, d) is at
+// block * stride_block + slot * stride_slot + kv_head * stride_head + d.
+struct HostCache {
+  std::vector<float> values;
+  int64_t stride_block = 0, stride_slot = 0, stride_head = 0;
+
+  float at(int64_t block, int64_t slot, int64_t head, int64_t d) const {
+    return values[block * stride_block + slot * stride_slot + head * stride_head + d];
+  }
+};
+
+struct HostPagedBatch {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int page_size = 0;
+  float scale = 0.0f;
+  std::vector<int32_t> query_start_loc;  // [num_reqs + 1]
+  std::vector<int32_t> seq_lens;         // [num_reqs]
+  std::vector<int32_t> block_table;      // [num_reqs][block_table_stride]
+  int64_t block_table_stride = 0;
+  int max_blocks_per_req = 0;
+  std::vector<float> q;  // [num_tokens][num_heads][head_dim], values as the kernel reads them
+  HostCache k, v;
+  std::vector<int32_t> params;  // runtime parameters by slot
+
+  int num_reqs() const { return static_cast<int>(seq_lens.size()); }
+  int num_tokens() const { return query_start_loc.empty() ? 0 : query_start_loc.back(); }
+};
+
+struct ReferenceOutput {
+  std::vector<double> out;    // [num_tokens][num_heads][head_dim]
+  std::vector<double> lse;    // [num_tokens][num_heads], -inf for rows with no visible key
+  int64_t visible_pairs = 0;  // (query row, key) pairs the mask keeps, summed over heads
+};
+
+// Runs on all hardware threads; deterministic.
+ReferenceOutput reference_paged_attention(const MaskFunction& mask, const HostPagedBatch& batch);
+
+}  // namespace flexjit

@@ -1,0 +1,343 @@
+// Paged prefill attention over a vLLM-style KV cache (DESIGN.md §3), for any query length:
+// a decode step is a prefill of one token. One CTA of four warps computes BLOCK_M packed query
+// rows of one request against one kv head: with GQA the rows are (token, head-in-group) pairs,
+// so the query heads that share a kv head share every K/V tile the CTA loads.
+//
+// The kernel calls only the variant's hooks (DESIGN.md §5): `classify` decides per K/V tile
+// whether it is skipped (Empty: never loaded), computed without per-element mask (Full), or
+// masked element by element (Partial); `score` and `mask` apply to single elements.
+//
+// Numerics: bf16/fp16 operands on tensor cores (mma.sync m16n8k16), fp32 accumulation, fp32
+// online softmax. A row with no visible key writes 0 and LSE -inf.
+#pragma once
+
+#include "fj_ops.cuh"
+#include "paged_prefill_args.cuh"
+
+namespace fj {
+
+__device__ __forceinline__ u32 smem_address(const void* pointer) {
+  return static_cast<u32>(__cvta_generic_to_shared(pointer));
+}
+
+// 16-byte asynchronous copy global -> shared; when `valid` is false the destination is zeroed
+// and nothing is read.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)),
+               "l"(global), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem)));
+}
+
+// c += a * b for one m16n8k16 tile.
+template <bool kBF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  if constexpr (kBF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats rounded to nearest into one register of two 16-bit values, `lo` in the low half.
+template <bool kBF16>
+__device__ __forceinline__ u32 pack_2x16(float lo, float hi) {
+  u32 packed;
+  if constexpr (kBF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
+  }
+  return packed;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Class of the K/V tile [k0, k1) for the CTA's query positions [q_lo, q_hi] and its heads.
+// A tile is Empty only if it is Empty for every head of the group, Full only if Full for all.
+template <class Variant>
+__device__ __forceinline__ TileClass classify_for_heads(const Variant& variant,
+                                                        const MaskParams& params, int b,
+                                                        int head_lo, int head_hi, int q_lo,
+                                                        int q_hi, int k0, int k1) {
+  if constexpr (!Variant::kUsesHead) {
+    return variant.classify(params, b, head_lo, q_lo, q_hi + 1, k0, k1);
+  } else {
+    bool all_empty = true;
+    bool all_full = true;
+    for (int h = head_lo; h <= head_hi; ++h) {
+      const TileClass c = variant.classify(params, b, h, q_lo, q_hi + 1, k0, k1);
+      all_empty = all_empty && c == TileClass::Empty;
+      all_full = all_full && c == TileClass::Full;
+    }
+    return all_empty ? TileClass::Empty : (all_full ? TileClass::Full : TileClass::Partial);
+  }
+}
+
+// Copies kPrefillBlockN rows of one kv head starting at key k0 into shared memory; rows at or
+// at or past `kv_end` are zeroed (never read), so block-table entries past the sequence are
+// untouched.
+template <int kHeadDim, int kPageSize>
+__device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigned short* cache,
+                                             i64 stride_block, i64 stride_slot, i64 head_offset,
+                                             const i32* block_row, int k0, int kv_end) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kChunks = kPrefillBlockN * kChunksPerRow;
+  for (int c = threadIdx.x; c < kChunks; c += kPrefillThreads) {
+    const int row = c / kChunksPerRow;
+    const int chunk = c % kChunksPerRow;
+    const int key = k0 + row;
+    const bool valid = key < kv_end;
+    const unsigned short* src = cache;
+    if (valid) {
+      const i64 block = block_row[key / kPageSize];
+      src =
+          cache + block * stride_block + (key % kPageSize) * stride_slot + head_offset + chunk * 8;
+    }
+    cp_async_16(tile + row * prefill_smem_row_elems(kHeadDim) + chunk * 8, src, valid);
+  }
+}
+
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+__device__ void paged_prefill(const PagedPrefillArgs& args) {
+  static_assert(kHeadDim % 16 == 0, "head dim must be a multiple of 16");
+  static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16");
+  constexpr int kRow = prefill_smem_row_elems(kHeadDim);
+  constexpr int kTileElems = kPrefillBlockM * kRow;
+  constexpr int kKSteps = kHeadDim / 16;        // k16 steps of Q·K^T
+  constexpr int kNTilesS = kPrefillBlockN / 8;  // n8 tiles of S
+  constexpr int kNTilesO = kHeadDim / 8;        // n8 tiles of O
+
+  extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
+  unsigned short* q_tile = reinterpret_cast<unsigned short*>(fj_prefill_smem);
+  unsigned short* k_tile = q_tile + kTileElems;
+  unsigned short* v_tile = k_tile + kTileElems;
+
+  const Variant variant{};
+  const int request = blockIdx.y;
+  const int kv_head = blockIdx.z;
+  const int group = args.num_heads / args.num_kv_heads;
+  const int token_begin = args.query_start_loc[request];
+  const int query_len = args.query_start_loc[request + 1] - token_begin;
+  const int seq_len = args.seq_lens[request];
+  const int packed_rows = query_len * group;
+  const int row0 = blockIdx.x * kPrefillBlockM;
+  if (row0 >= packed_rows) return;
+
+  // Logical position of query token t of this request (DESIGN.md §3).
+  const int q_offset = seq_len - query_len;
+  const int last_row = min(row0 + kPrefillBlockM, packed_rows) - 1;
+  const int q_lo = q_offset + row0 / group;
+  const int q_hi = q_offset + last_row / group;
+  const int head_lo = kv_head * group + (last_row / group > row0 / group ? 0 : row0 % group);
+  const int head_hi =
+      kv_head * group + (last_row / group > row0 / group ? group - 1 : last_row % group);
+
+  const unsigned short* q = static_cast<const unsigned short*>(args.q);
+  {
+    constexpr int kChunksPerRow = kHeadDim / 8;
+    for (int c = threadIdx.x; c < kPrefillBlockM * kChunksPerRow; c += kPrefillThreads) {
+      const int row = c / kChunksPerRow;
+      const int chunk = c % kChunksPerRow;
+      const int packed = row0 + row;
+      const bool valid = packed < packed_rows;
+      const unsigned short* src = q;
+      if (valid) {
+        const i64 token = token_begin + packed / group;
+        const i64 head = kv_head * group + packed % group;
+        src = q + token * args.q_stride_token + head * args.q_stride_head + chunk * 8;
+      }
+      cp_async_16(q_tile + row * kRow + chunk * 8, src, valid);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int quad_row = lane / 4;  // row within the 8-row half of the warp's 16 rows
+  const int quad_col = lane % 4;
+
+  // This thread's two packed rows (quad_row and quad_row + 8 of the warp's 16).
+  int row_q[2], row_head[2];
+  bool row_valid[2];
+  for (int i = 0; i < 2; ++i) {
+    const int packed = row0 + warp * 16 + quad_row + i * 8;
+    row_valid[i] = packed < packed_rows;
+    row_q[i] = q_offset + packed / group;
+    row_head[i] = kv_head * group + packed % group;
+  }
+
+  u32 q_frag[kKSteps][4];
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    const unsigned short* address =
+        q_tile + (warp * 16 + lane % 16) * kRow + ks * 16 + (lane / 16) * 8;
+    ldmatrix_x4(q_frag[ks], address);
+  }
+
+  float o[kNTilesO][4];
+  for (int j = 0; j < kNTilesO; ++j)
+    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float row_max[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)};
+  float row_sum[2] = {0.0f, 0.0f};
+  const float neg_inf = -__int_as_float(0x7f800000);
+
+  const i32* block_row = args.block_table + static_cast<i64>(request) * args.block_table_stride;
+  const unsigned short* k_cache = static_cast<const unsigned short*>(args.k_cache);
+  const unsigned short* v_cache = static_cast<const unsigned short*>(args.v_cache);
+  const i64 k_head_offset = static_cast<i64>(kv_head) * args.k_stride_head;
+  const i64 v_head_offset = static_cast<i64>(kv_head) * args.v_stride_head;
+
+  // Keys the block table can address; a seq_len beyond it reads nothing past the table.
+  const i64 capacity = static_cast<i64>(args.max_blocks_per_req) * kPageSize;
+  const int kv_end = capacity < seq_len ? static_cast<int>(capacity) : seq_len;
+  const int num_kv_tiles = (kv_end + kPrefillBlockN - 1) / kPrefillBlockN;
+  for (int tile = 0; tile < num_kv_tiles; ++tile) {
+    const int k0 = tile * kPrefillBlockN;
+    const int k1 = min(k0 + kPrefillBlockN, kv_end);
+    const TileClass tile_class =
+        classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi, k0, k1);
+    if (tile_class == TileClass::Empty) continue;
+
+    __syncthreads();  // every warp is done reading the previous K/V tile
+    load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
+                                      k_head_offset, block_row, k0, kv_end);
+    load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
+                                      v_head_offset, block_row, k0, kv_end);
+    cp_async_wait_all();
+    __syncthreads();
+
+    // S = Q K^T for the warp's 16 rows and the tile's 64 keys.
+    float s[kNTilesS][4];
+    for (int j = 0; j < kNTilesS; ++j)
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      for (int jp = 0; jp < kNTilesS / 2; ++jp) {
+        u32 b[4];
+        const unsigned short* address =
+            k_tile + (jp * 16 + lane % 8 + (lane / 16) * 8) * kRow + ks * 16 + ((lane / 8) % 2) * 8;
+        ldmatrix_x4(b, address);
+        mma_16816<kBF16>(s[2 * jp], q_frag[ks], b[0], b[1]);
+        mma_16816<kBF16>(s[2 * jp + 1], q_frag[ks], b[2], b[3]);
+      }
+    }
+
+    // Scale, score_mod, mask (per element only where the tile is Partial or runs past the
+    // sequence), then the online-softmax update.
+    const bool check_elements = tile_class == TileClass::Partial || k0 + kPrefillBlockN > kv_end;
+    float tile_max[2] = {neg_inf, neg_inf};
+    for (int j = 0; j < kNTilesS; ++j) {
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2;
+        const int kv = k0 + j * 8 + quad_col * 2 + e % 2;
+        float x = s[j][e] * args.scale;
+        if constexpr (Variant::kHasScore) {
+          x = variant.score(args.params, x, request, row_head[i], row_q[i], kv);
+        }
+        if (check_elements &&
+            (kv >= kv_end || !variant.mask(args.params, request, row_head[i], row_q[i], kv))) {
+          x = neg_inf;
+        }
+        s[j][e] = x;
+        tile_max[i] = fmaxf(tile_max[i], x);
+      }
+    }
+    float rescale[2];
+    float max_scaled[2];
+    for (int i = 0; i < 2; ++i) {
+      const float new_max = fmaxf(row_max[i], quad_max(tile_max[i]));
+      // Until a row has seen a visible key its max is -inf: keep the scale finite so that
+      // exp2(-inf - max) is 0 rather than NaN.
+      max_scaled[i] = new_max == neg_inf ? 0.0f : new_max * kLog2e;
+      rescale[i] = exp2f(row_max[i] * kLog2e - max_scaled[i]);
+      row_max[i] = new_max;
+      row_sum[i] *= rescale[i];
+    }
+    for (int j = 0; j < kNTilesO; ++j) {
+      o[j][0] *= rescale[0];
+      o[j][1] *= rescale[0];
+      o[j][2] *= rescale[1];
+      o[j][3] *= rescale[1];
+    }
+    for (int j = 0; j < kNTilesS; ++j) {
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[j][e] * kLog2e - max_scaled[e / 2]);
+        s[j][e] = p;
+        row_sum[e / 2] += p;
+      }
+    }
+
+    // O += P V: the S accumulator layout is the A-operand layout of the next MMA, two n8 tiles
+    // of S forming one k16 step.
+    for (int kk = 0; kk < kPrefillBlockN / 16; ++kk) {
+      u32 p_frag[4];
+      p_frag[0] = pack_2x16<kBF16>(s[2 * kk][0], s[2 * kk][1]);
+      p_frag[1] = pack_2x16<kBF16>(s[2 * kk][2], s[2 * kk][3]);
+      p_frag[2] = pack_2x16<kBF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      p_frag[3] = pack_2x16<kBF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int dp = 0; dp < kNTilesO / 2; ++dp) {
+        u32 b[4];
+        const unsigned short* address =
+            v_tile + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kRow + dp * 16 + (lane / 16) * 8;
+        ldmatrix_x4_trans(b, address);
+        mma_16816<kBF16>(o[2 * dp], p_frag, b[0], b[1]);
+        mma_16816<kBF16>(o[2 * dp + 1], p_frag, b[2], b[3]);
+      }
+    }
+  }
+
+  // Normalise and write. Each quad holds a full row; the row sum is reduced across it.
+  unsigned short* out = static_cast<unsigned short*>(args.out);
+  for (int i = 0; i < 2; ++i) {
+    const float total = quad_sum(row_sum[i]);
+    if (!row_valid[i]) continue;
+    const int packed = row0 + warp * 16 + quad_row + i * 8;
+    const i64 token = token_begin + packed / group;
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    u32* out_row = reinterpret_cast<u32*>(out + token * args.out_stride_token +
+                                          static_cast<i64>(row_head[i]) * args.out_stride_head);
+    for (int j = 0; j < kNTilesO; ++j) {
+      out_row[j * 4 + quad_col] = pack_2x16<kBF16>(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
+    }
+    if (args.lse != nullptr && quad_col == 0) {
+      args.lse[token * args.lse_stride_token + row_head[i]] =
+          total > 0.0f ? row_max[i] + logf(total) : neg_inf;
+    }
+  }
+}
+
+}  // namespace fj

@@ -1,0 +1,232 @@
+// The C API without a GPU: argument checking, error messages, and NVRTC compiles of every
+// standard kernel for sm_80 and sm_90a (NVRTC needs no GPU).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+
+#include "cuda_driver.h"
+#include "flexjit/flexjit.h"
+
+namespace {
+
+const std::string kStandard = FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask";
+
+struct Context {
+  fj_context* context = nullptr;
+  Context() { REQUIRE(fj_context_create(&context) == FJ_SUCCESS); }
+  ~Context() { fj_context_destroy(context); }
+  std::string error() const { return fj_context_last_error(context); }
+};
+
+fj_program* load_standard(const Context& c) {
+  fj_program* program = nullptr;
+  REQUIRE(fj_program_create_from_file(c.context, kStandard.c_str(), &program) == FJ_SUCCESS);
+  return program;
+}
+
+fj_kernel_desc make_desc(const char* mask, const char* arch) {
+  fj_kernel_desc desc{};
+  desc.struct_size = sizeof(desc);
+  desc.mask = mask;
+  desc.head_dim = 128;
+  desc.dtype = FJ_DTYPE_BF16;
+  desc.page_size = 16;
+  desc.arch = arch;
+  return desc;
+}
+
+}  // namespace
+
+TEST_CASE("status strings and version") {
+  CHECK(std::string(fj_status_string(FJ_SUCCESS)).rfind("FJ_SUCCESS", 0) == 0);
+  CHECK(std::string(fj_status_string(FJ_ERROR_COMPILE)).rfind("FJ_ERROR_COMPILE", 0) == 0);
+  CHECK(std::string(fj_status_string(static_cast<fj_status>(99))) == "unknown fj_status value");
+  CHECK(fj_runtime_version() == FJ_VERSION);
+}
+
+TEST_CASE("null pointers are rejected with a status") {
+  CHECK(fj_context_create(nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(fj_context_destroy(nullptr) == FJ_SUCCESS);
+  CHECK(std::string(fj_context_last_error(nullptr)) == "context is null");
+  Context c;
+  fj_program* program = nullptr;
+  CHECK(fj_program_create(nullptr, "x", "mask a = true", 13, &program) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(fj_program_create(c.context, "x", nullptr, 5, &program) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "source is null");
+  CHECK(fj_program_create(c.context, "x", "mask a = q >= kv", 16, nullptr) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(fj_program_create_from_file(c.context, nullptr, &program) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(program == nullptr);
+  fj_kernel* kernel = nullptr;
+  CHECK(fj_kernel_create(c.context, nullptr, nullptr, &kernel) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(fj_paged_attention(nullptr, nullptr, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(fj_kernel_name(nullptr, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  int32_t slot = 0;
+  CHECK(fj_program_param_slot(nullptr, "window", &slot) == FJ_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("a malformed mask source reports every error with positions") {
+  Context c;
+  const std::string source = "mask a = q >= kvv\nmask b = q + 1\n";
+  fj_program* program = nullptr;
+  CHECK(fj_program_create(c.context, "bad.mask", source.data(), source.size(), &program) ==
+        FJ_ERROR_INVALID_SOURCE);
+  CHECK(program == nullptr);
+  const std::string error = c.error();
+  CHECK(error.find("bad.mask:1:15: error:") != std::string::npos);
+  CHECK(error.find("bad.mask:2:") != std::string::npos);
+  CHECK(error.find('^') != std::string::npos);
+}
+
+TEST_CASE("a missing file is NOT_FOUND") {
+  Context c;
+  fj_program* program = nullptr;
+  CHECK(fj_program_create_from_file(c.context, "/nonexistent/x.mask", &program) ==
+        FJ_ERROR_NOT_FOUND);
+  CHECK(c.error().find("/nonexistent/x.mask") != std::string::npos);
+}
+
+TEST_CASE("runtime parameters are found by name") {
+  Context c;
+  fj_program* program = load_standard(c);
+  int32_t slot = -1;
+  int32_t count = -1;
+  CHECK(fj_program_param_slot(program, "window", &slot) == FJ_SUCCESS);
+  CHECK(slot == 0);
+  CHECK(fj_program_param_count(program, &count) == FJ_SUCCESS);
+  CHECK(count == 1);
+  CHECK(fj_program_param_slot(program, "nope", &slot) == FJ_ERROR_NOT_FOUND);
+  CHECK(c.error() == "no runtime parameter 'nope'");
+  fj_program_destroy(program);
+}
+
+TEST_CASE("kernel descriptions are validated") {
+  Context c;
+  fj_program* program = load_standard(c);
+  fj_kernel* kernel = nullptr;
+
+  fj_kernel_desc desc = make_desc("nosuchmask", "sm_90a");
+  CHECK(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_ERROR_NOT_FOUND);
+  CHECK(c.error().find("nosuchmask") != std::string::npos);
+
+  desc = make_desc("causal", "sm_90a");
+  desc.head_dim = 96;
+  CHECK(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_ERROR_UNSUPPORTED);
+  CHECK(c.error().find("head_dim 96") != std::string::npos);
+
+  desc = make_desc("causal", "sm_90a");
+  desc.page_size = 24;
+  CHECK(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_ERROR_UNSUPPORTED);
+
+  desc = make_desc("causal", "sm_90a");
+  desc.dtype = static_cast<fj_dtype>(7);
+  CHECK(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_ERROR_UNSUPPORTED);
+
+  desc = make_desc("causal", "compute_90; rm -rf");
+  CHECK(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_ERROR_UNSUPPORTED);
+
+  desc = make_desc("causal", "sm_90a");
+  desc.struct_size = 4;
+  CHECK(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(kernel == nullptr);
+  fj_program_destroy(program);
+}
+
+TEST_CASE("every standard kernel compiles with NVRTC for sm_80 and sm_90a") {
+  Context c;
+  fj_program* program = load_standard(c);
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    for (const char* mask : {"causal", "sliding"}) {
+      for (fj_dtype dtype : {FJ_DTYPE_BF16, FJ_DTYPE_FP16}) {
+        for (int head_dim : {64, 128}) {
+          fj_kernel_desc desc = make_desc(mask, arch);
+          desc.dtype = dtype;
+          desc.head_dim = head_dim;
+          fj_kernel* kernel = nullptr;
+          INFO(arch << " " << mask << " hd" << head_dim);
+          REQUIRE(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_SUCCESS);
+          const char* name = nullptr;
+          REQUIRE(fj_kernel_name(kernel, &name) == FJ_SUCCESS);
+          const std::string expected = std::string("prefill_") + mask + "_hd" +
+                                       std::to_string(head_dim) + "_" +
+                                       (dtype == FJ_DTYPE_BF16 ? "bf16" : "fp16") + "_page16_" +
+                                       (arch == std::string("sm_80") ? "sm80" : "sm90a");
+          CHECK(std::string(name) == expected);
+          fj_kernel_destroy(kernel);
+        }
+      }
+    }
+  }
+  fj_program_destroy(program);
+}
+
+TEST_CASE("launch arguments are checked before the driver is touched") {
+  Context c;
+  fj_program* program = load_standard(c);
+  fj_kernel_desc desc = make_desc("causal", "sm_90a");
+  fj_kernel* kernel = nullptr;
+  REQUIRE(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_SUCCESS);
+
+  alignas(16) static char memory[4096];
+  int32_t window = 8;
+  fj_paged_attention_args args{};
+  args.struct_size = sizeof(args);
+  args.q = args.k_cache = args.v_cache = memory;
+  args.out = memory;
+  args.query_start_loc = args.seq_lens = args.block_table = reinterpret_cast<int32_t*>(memory);
+  args.num_tokens = 4;
+  args.num_reqs = 1;
+  args.num_heads = 8;
+  args.num_kv_heads = 2;
+  args.max_query_len = 4;
+  args.max_blocks_per_req = 2;
+  args.q_stride_token = args.out_stride_token = 8 * 128;
+  args.q_stride_head = args.out_stride_head = 128;
+  args.k_stride_block = args.v_stride_block = 16 * 2 * 128;
+  args.k_stride_slot = args.v_stride_slot = 2 * 128;
+  args.k_stride_head = args.v_stride_head = 128;
+  args.block_table_stride = 2;
+  args.params = &window;
+  args.num_params = 1;
+
+  auto expect_invalid = [&](fj_paged_attention_args bad, const char* fragment) {
+    INFO(fragment);
+    CHECK(fj_paged_attention(kernel, &bad, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+    CHECK(c.error().find(fragment) != std::string::npos);
+  };
+  fj_paged_attention_args bad = args;
+  bad.q = nullptr;
+  expect_invalid(bad, "q is null");
+  bad = args;
+  bad.num_kv_heads = 3;
+  expect_invalid(bad, "num_kv_heads");
+  bad = args;
+  bad.k_stride_slot = 12;
+  expect_invalid(bad, "k_stride_slot");
+  bad = args;
+  bad.out = memory + 2;
+  expect_invalid(bad, "out is not 16-byte aligned");
+  bad = args;
+  bad.num_params = 0;
+  expect_invalid(bad, "num_params");
+  bad = args;
+  bad.max_query_len = 5;
+  expect_invalid(bad, "max_query_len");
+  bad = args;
+  bad.block_table_stride = 1;
+  expect_invalid(bad, "block_table_stride");
+  bad = args;
+  bad.struct_size = 8;
+  expect_invalid(bad, "struct_size");
+
+  // Valid arguments on a machine without a driver fail cleanly, naming the cause (with a
+  // driver these host pointers must not be launched on).
+  if (!flexjit::cuda::driver_api()) {
+    CHECK(fj_paged_attention(kernel, &args, nullptr) == FJ_ERROR_CUDA);
+    CHECK(c.error().find("libcuda") != std::string::npos);
+  }
+  fj_kernel_destroy(kernel);
+  fj_program_destroy(program);
+}
