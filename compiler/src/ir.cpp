@@ -403,10 +403,29 @@ class VariableFinder : public IRVisitor {
   Variable variable_;
 };
 
+class ParamFinder : public IRVisitor {
+ public:
+  explicit ParamFinder(int slot) : slot_(slot) {}
+  using IRVisitor::visit;
+  bool found = false;
+
+ protected:
+  void visit(const Param* op) override { found = found || op->slot == slot_; }
+
+ private:
+  int slot_;
+};
+
 }  // namespace
 
 bool uses_variable(const Expr& e, Variable variable) {
   VariableFinder finder(variable);
+  finder.visit(e);
+  return finder.found;
+}
+
+bool uses_param(const Expr& e, int slot) {
+  ParamFinder finder(slot);
   finder.visit(e);
   return finder.found;
 }

@@ -186,6 +186,9 @@ mask headed = flag || h == 2
   REQUIRE(lt->b.as<ir::Param>() != nullptr);
   CHECK(lt->b.as<ir::Param>()->slot == 2);
   CHECK_FALSE(sliding.uses_head);
+  CHECK(ir::uses_param(sliding.body, 2));
+  CHECK_FALSE(ir::uses_param(sliding.body, 0));
+  CHECK_FALSE(ir::uses_param(sliding.body, 1));
 
   const MaskFunction chunked = lower(source, "chunked");
   CHECK(ir::to_string(chunked.body) == "(q >= kv) && ((q / 8) == ((kv + (-3)) / 8))");
@@ -193,6 +196,8 @@ mask headed = flag || h == 2
   const MaskFunction headed = lower(source, "headed");
   CHECK(ir::to_string(headed.body) == "flag || (h == 2)");
   CHECK(headed.uses_head);
+  CHECK(ir::uses_param(headed.body, 1));
+  CHECK_FALSE(ir::uses_param(headed.body, 2));
   CHECK(headed.body.as<ir::Or>()->a.as<ir::Param>()->type == ir::Type::Bool);
 }
 

@@ -66,8 +66,8 @@ std::optional<int> parse_int(std::string_view text) {
   return value;
 }
 
-// Runtime parameter values by slot from `--set name=value` options; every parameter the
-// mask file declares must be given.
+// Runtime parameter values by slot from `--set name=value` options. Every parameter the mask
+// reads must be given; the file's other parameters are passed as 0.
 Result<std::vector<int32_t>> parameter_values(const flexjit::MaskFunction& mask,
                                               const std::vector<std::string>& settings) {
   std::map<std::string, int32_t, std::less<>> given;
@@ -89,11 +89,15 @@ Result<std::vector<int32_t>> parameter_values(const flexjit::MaskFunction& mask,
   std::vector<int32_t> values;
   for (const flexjit::RuntimeParam& param : mask.params) {
     auto it = given.find(param.name);
-    if (it == given.end()) {
+    if (it != given.end()) {
+      values.push_back(it->second);
+    } else if (!flexjit::ir::uses_param(mask.body, param.slot)) {
+      values.push_back(0);
+    } else {
       return flexjit::Error{
-          fmt::format("runtime parameter '{}' needs a value: --set {}=N", param.name, param.name)};
+          fmt::format("mask '{}' reads runtime parameter '{}': give it with --set {}=N", mask.name,
+                      param.name, param.name)};
     }
-    values.push_back(it->second);
   }
   return values;
 }

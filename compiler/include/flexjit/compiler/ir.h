@@ -288,6 +288,8 @@ class IRMutator {
 
 // Whether `variable` occurs in e.
 bool uses_variable(const Expr& e, Variable variable);
+// Whether `e` reads the runtime parameter in `slot`.
+bool uses_param(const Expr& e, int slot);
 
 // Readable text, every compound operand in parentheses:
 // `(q >= kv) && ((q - kv) < window)`.
