@@ -1,7 +1,9 @@
 // Paged prefill attention over a vLLM-style KV cache (DESIGN.md §3), for any query length:
-// a decode step is a prefill of one token. One CTA of four warps computes BLOCK_M packed query
-// rows of one request against one kv head: with GQA the rows are (token, head-in-group) pairs,
-// so the query heads that share a kv head share every K/V tile the CTA loads.
+// a decode step is a prefill of one token. With kPageSize == 0 the same kernel serves encoders:
+// K and V packed like q (rows of request r start at query_start_loc[r]), positions 0-based. One CTA
+// of four warps computes BLOCK_M packed query rows of one request against one kv head: with GQA the
+// rows are (token, head-in-group) pairs, so the query heads that share a kv head share every K/V
+// tile the CTA loads.
 //
 // The kernel calls only the variant's hooks (DESIGN.md §5): `classify` decides per K/V tile
 // whether it is skipped (Empty: never loaded), computed without per-element mask (Full), or
@@ -11,81 +13,11 @@
 // online softmax. A row with no visible key writes 0 and LSE -inf.
 #pragma once
 
+#include "fj_device.cuh"
 #include "fj_ops.cuh"
-#include "paged_prefill_args.cuh"
+#include "kernel_args.cuh"
 
 namespace fj {
-
-__device__ __forceinline__ u32 smem_address(const void* pointer) {
-  return static_cast<u32>(__cvta_generic_to_shared(pointer));
-}
-
-// 16-byte asynchronous copy global -> shared; when `valid` is false the destination is zeroed
-// and nothing is read.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)),
-               "l"(global), "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem)));
-}
-
-// c += a * b for one m16n8k16 tile.
-template <bool kBF16>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-  if constexpr (kBF16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two floats rounded to nearest into one register of two 16-bit values, `lo` in the low half.
-template <bool kBF16>
-__device__ __forceinline__ u32 pack_2x16(float lo, float hi) {
-  u32 packed;
-  if constexpr (kBF16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
-  }
-  return packed;
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Class of the K/V tile [k0, k1) for the CTA's query positions [q_lo, q_hi] and its heads.
 // A tile is Empty only if it is Empty for every head of the group, Full only if Full for all.
@@ -109,12 +41,14 @@ __device__ __forceinline__ TileClass classify_for_heads(const Variant& variant,
 }
 
 // Copies kPrefillBlockN rows of one kv head starting at key k0 into shared memory; rows at or
-// at or past `kv_end` are zeroed (never read), so block-table entries past the sequence are
-// untouched.
+// past `kv_end` are zeroed (never read), so block-table entries past the sequence are
+// untouched. kPageSize == 0 is the contiguous (encoder) layout: key j of the request is row
+// `first_row + j` at `stride_slot`, and there is no block table.
 template <int kHeadDim, int kPageSize>
 __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigned short* cache,
                                              i64 stride_block, i64 stride_slot, i64 head_offset,
-                                             const i32* block_row, int k0, int kv_end) {
+                                             const i32* block_row, i64 first_row, int k0,
+                                             int kv_end) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   constexpr int kChunks = kPrefillBlockN * kChunksPerRow;
   for (int c = threadIdx.x; c < kChunks; c += kPrefillThreads) {
@@ -124,9 +58,13 @@ __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigne
     const bool valid = key < kv_end;
     const unsigned short* src = cache;
     if (valid) {
-      const i64 block = block_row[key / kPageSize];
-      src =
-          cache + block * stride_block + (key % kPageSize) * stride_slot + head_offset + chunk * 8;
+      if constexpr (kPageSize == 0) {
+        src = cache + (first_row + key) * stride_slot + head_offset + chunk * 8;
+      } else {
+        const i64 block = block_row[key / kPageSize];
+        src = cache + block * stride_block + (key % kPageSize) * stride_slot + head_offset +
+              chunk * 8;
+      }
     }
     cp_async_16(tile + row * prefill_smem_row_elems(kHeadDim) + chunk * 8, src, valid);
   }
@@ -135,7 +73,7 @@ __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigne
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
 __device__ void paged_prefill(const PagedPrefillArgs& args) {
   static_assert(kHeadDim % 16 == 0, "head dim must be a multiple of 16");
-  static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16");
+  static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16 (0: contiguous)");
   constexpr int kRow = prefill_smem_row_elems(kHeadDim);
   constexpr int kTileElems = kPrefillBlockM * kRow;
   constexpr int kKSteps = kHeadDim / 16;        // k16 steps of Q·K^T
@@ -153,7 +91,8 @@ __device__ void paged_prefill(const PagedPrefillArgs& args) {
   const int group = args.num_heads / args.num_kv_heads;
   const int token_begin = args.query_start_loc[request];
   const int query_len = args.query_start_loc[request + 1] - token_begin;
-  const int seq_len = args.seq_lens[request];
+  // Contiguous (encoder) sequences attend to themselves: as many keys as queries.
+  const int seq_len = kPageSize == 0 ? query_len : args.seq_lens[request];
   const int packed_rows = query_len * group;
   const int row0 = blockIdx.x * kPrefillBlockM;
   if (row0 >= packed_rows) return;
@@ -202,21 +141,27 @@ __device__ void paged_prefill(const PagedPrefillArgs& args) {
     row_head[i] = kv_head * group + packed % group;
   }
 
-  u32 q_frag[kKSteps][4];
-  for (int ks = 0; ks < kKSteps; ++ks) {
-    const unsigned short* address =
-        q_tile + (warp * 16 + lane % 16) * kRow + ks * 16 + (lane / 16) * 8;
-    ldmatrix_x4(q_frag[ks], address);
+  // Q fragments stay in registers across the K/V loop up to head dim 128; beyond, the O
+  // accumulator needs those registers and Q is re-read from shared memory for each tile.
+  constexpr bool kQInRegisters = kHeadDim <= 128;
+  constexpr int kQRegSteps = kQInRegisters ? kKSteps : 1;
+  const unsigned short* q_warp = q_tile + (warp * 16 + lane % 16) * kRow + (lane / 16) * 8;
+  u32 q_frag[kQRegSteps][4];
+  if constexpr (kQInRegisters) {
+    for (int ks = 0; ks < kKSteps; ++ks)
+      ldmatrix_x4(q_frag[ks], q_warp + ks * 16);
   }
 
   float o[kNTilesO][4];
   for (int j = 0; j < kNTilesO; ++j)
     o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  float row_max[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)};
+  const float neg_inf = negative_infinity();
+  float row_max[2] = {neg_inf, neg_inf};
   float row_sum[2] = {0.0f, 0.0f};
-  const float neg_inf = -__int_as_float(0x7f800000);
 
-  const i32* block_row = args.block_table + static_cast<i64>(request) * args.block_table_stride;
+  const i32* block_row =
+      kPageSize == 0 ? nullptr
+                     : args.block_table + static_cast<i64>(request) * args.block_table_stride;
   const unsigned short* k_cache = static_cast<const unsigned short*>(args.k_cache);
   const unsigned short* v_cache = static_cast<const unsigned short*>(args.v_cache);
   const i64 k_head_offset = static_cast<i64>(kv_head) * args.k_stride_head;
@@ -224,7 +169,7 @@ __device__ void paged_prefill(const PagedPrefillArgs& args) {
 
   // Keys the block table can address; a seq_len beyond it reads nothing past the table.
   const i64 capacity = static_cast<i64>(args.max_blocks_per_req) * kPageSize;
-  const int kv_end = capacity < seq_len ? static_cast<int>(capacity) : seq_len;
+  const int kv_end = kPageSize == 0 || capacity >= seq_len ? seq_len : static_cast<int>(capacity);
   const int num_kv_tiles = (kv_end + kPrefillBlockN - 1) / kPrefillBlockN;
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
     const int k0 = tile * kPrefillBlockN;
@@ -235,9 +180,9 @@ __device__ void paged_prefill(const PagedPrefillArgs& args) {
 
     __syncthreads();  // every warp is done reading the previous K/V tile
     load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
-                                      k_head_offset, block_row, k0, kv_end);
+                                      k_head_offset, block_row, token_begin, k0, kv_end);
     load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
-                                      v_head_offset, block_row, k0, kv_end);
+                                      v_head_offset, block_row, token_begin, k0, kv_end);
     cp_async_wait_all();
     __syncthreads();
 
@@ -246,13 +191,16 @@ __device__ void paged_prefill(const PagedPrefillArgs& args) {
     for (int j = 0; j < kNTilesS; ++j)
       s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
     for (int ks = 0; ks < kKSteps; ++ks) {
+      u32 q_smem_frag[4];
+      if constexpr (!kQInRegisters) ldmatrix_x4(q_smem_frag, q_warp + ks * 16);
+      const u32(&a)[4] = kQInRegisters ? q_frag[kQInRegisters ? ks : 0] : q_smem_frag;
       for (int jp = 0; jp < kNTilesS / 2; ++jp) {
         u32 b[4];
         const unsigned short* address =
             k_tile + (jp * 16 + lane % 8 + (lane / 16) * 8) * kRow + ks * 16 + ((lane / 8) % 2) * 8;
         ldmatrix_x4(b, address);
-        mma_16816<kBF16>(s[2 * jp], q_frag[ks], b[0], b[1]);
-        mma_16816<kBF16>(s[2 * jp + 1], q_frag[ks], b[2], b[3]);
+        mma_16816<kBF16>(s[2 * jp], a, b[0], b[1]);
+        mma_16816<kBF16>(s[2 * jp + 1], a, b[2], b[3]);
       }
     }
 

@@ -3,15 +3,18 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
+#include <limits>
 #include <new>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "cuda_driver.h"
 #include "flexjit/dsl/frontend.h"
 #include "handles.h"
-#include "paged_prefill_args.cuh"
+#include "kernel_args.cuh"
 
 namespace flexjit {
 
@@ -25,12 +28,6 @@ struct Failure {
 
 Failure fail(fj_status status, std::string message) {
   return {status, std::move(message)};
-}
-
-void set_last_error(const fj_context* context, std::string message) {
-  if (context == nullptr) return;
-  std::lock_guard lock(context->error_mutex);
-  context->last_errors[std::this_thread::get_id()] = std::move(message);
 }
 
 // Runs `body` (which returns std::optional<Failure>: nullopt on success), records the message
@@ -80,22 +77,118 @@ std::optional<Failure> create_program(fj_context* context, dsl::Source source, f
   return std::nullopt;
 }
 
-bool aligned_16(const void* pointer) {
-  return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0;
+struct NamedPointer {
+  const char* name;
+  const void* pointer;
+};
+
+struct NamedValue {
+  const char* name;
+  int64_t value;
+};
+
+std::optional<Failure> require_non_null(std::initializer_list<NamedPointer> pointers) {
+  for (const NamedPointer& p : pointers) {
+    if (p.pointer == nullptr) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is null", p.name));
+    }
+  }
+  return std::nullopt;
+}
+
+// An argument struct must be present and at least as large as this library's version of it.
+template <class Args>
+std::optional<Failure> check_args_struct(const char* name, const Args* args) {
+  if (args == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is null", name));
+  if (args->struct_size < sizeof(Args)) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("{}->struct_size is {}, expected at least {}", name, args->struct_size,
+                            sizeof(Args)));
+  }
+  return std::nullopt;
+}
+
+// Rows are moved in 16-byte pieces.
+std::optional<Failure> require_aligned_16(std::initializer_list<NamedPointer> pointers) {
+  for (const NamedPointer& p : pointers) {
+    if (reinterpret_cast<std::uintptr_t>(p.pointer) % 16 != 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is not 16-byte aligned", p.name));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Failure> require_non_negative(std::initializer_list<NamedValue> values) {
+  for (const NamedValue& v : values) {
+    if (v.value < 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} ({}) is negative", v.name, v.value));
+    }
+  }
+  return std::nullopt;
+}
+
+// Strides of 16-bit rows: non-negative multiples of 8 elements keep every row 16-byte aligned.
+std::optional<Failure> require_row_strides(std::initializer_list<NamedValue> strides) {
+  for (const NamedValue& s : strides) {
+    if (s.value < 0 || s.value % 8 != 0) {
+      return fail(
+          FJ_ERROR_INVALID_ARGUMENT,
+          fmt::format("{} ({}) must be a non-negative multiple of 8 elements", s.name, s.value));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Failure> check_heads(int32_t num_heads, int32_t num_kv_heads) {
+  if (num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("num_heads ({}) must be a positive multiple of num_kv_heads ({})",
+                            num_heads, num_kv_heads));
+  }
+  if (num_kv_heads > 65535) {
+    return fail(FJ_ERROR_UNSUPPORTED, fmt::format("num_kv_heads ({}) exceeds 65535", num_kv_heads));
+  }
+  return std::nullopt;
+}
+
+// What every attention launch shares: runtime parameters, the softmax scale, the LSE stride.
+std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const int32_t* params,
+                                                int32_t num_params, float scale, const float* lse,
+                                                int64_t lse_stride_token, int32_t num_heads,
+                                                fj::PagedPrefillArgs& device) {
+  if (num_params != kernel.num_params) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("num_params is {} but the program declares {} runtime parameters",
+                            num_params, kernel.num_params));
+  }
+  if (num_params > 0 && params == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "params is null");
+  if (!std::isfinite(scale)) return fail(FJ_ERROR_INVALID_ARGUMENT, "scale is not finite");
+  if (lse != nullptr && lse_stride_token < num_heads) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("lse_stride_token ({}) is smaller than num_heads ({})",
+                            lse_stride_token, num_heads));
+  }
+  device.scale =
+      scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(kernel.config.head_dim));
+  for (int i = 0; i < num_params; ++i)
+    device.params.scalar[i] = params[i];
+  return std::nullopt;
 }
 
 // Checks every argument the host can see without touching device memory; fills `device`.
 std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_paged_attention_args& a,
                                           fj::PagedPrefillArgs& device) {
-  if (a.num_tokens < 0 || a.num_reqs < 0 || a.max_query_len < 0 || a.max_blocks_per_req < 0) {
+  if (kernel.config.page_size == 0) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
-                "num_tokens, num_reqs, max_query_len and max_blocks_per_req must be >= 0");
+                "kernel was created with page_size 0 (contiguous K/V): use fj_varlen_attention");
   }
-  if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0) {
-    return fail(FJ_ERROR_INVALID_ARGUMENT,
-                fmt::format("num_heads ({}) must be a positive multiple of num_kv_heads ({})",
-                            a.num_heads, a.num_kv_heads));
+  if (auto f = require_non_negative({{"num_tokens", a.num_tokens},
+                                     {"num_reqs", a.num_reqs},
+                                     {"max_query_len", a.max_query_len},
+                                     {"max_blocks_per_req", a.max_blocks_per_req}})) {
+    return f;
   }
+  if (auto f = check_heads(a.num_heads, a.num_kv_heads)) return f;
   if (a.max_query_len > a.num_tokens) {
     return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("max_query_len ({}) exceeds num_tokens ({})",
                                                        a.max_query_len, a.num_tokens));
@@ -103,74 +196,41 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
   if (a.num_reqs > 65535) {
     return fail(FJ_ERROR_UNSUPPORTED, fmt::format("num_reqs ({}) exceeds 65535", a.num_reqs));
   }
-  if (a.num_kv_heads > 65535) {
-    return fail(FJ_ERROR_UNSUPPORTED,
-                fmt::format("num_kv_heads ({}) exceeds 65535", a.num_kv_heads));
-  }
   if (a.block_table_stride < a.max_blocks_per_req) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
                 fmt::format("block_table_stride ({}) is smaller than max_blocks_per_req ({})",
                             a.block_table_stride, a.max_blocks_per_req));
   }
-  struct NamedPointer {
-    const char* name;
-    const void* pointer;
-  };
-  const NamedPointer required[] = {
-      {"q", a.q},
-      {"out", a.out},
-      {"k_cache", a.k_cache},
-      {"v_cache", a.v_cache},
-      {"query_start_loc", a.query_start_loc},
-      {"seq_lens", a.seq_lens},
-      {"block_table", a.block_table},
-  };
-  for (const NamedPointer& p : required) {
-    if (p.pointer == nullptr) {
-      return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is null", p.name));
-    }
+  if (auto f = require_non_null({{"q", a.q},
+                                 {"out", a.out},
+                                 {"k_cache", a.k_cache},
+                                 {"v_cache", a.v_cache},
+                                 {"query_start_loc", a.query_start_loc},
+                                 {"seq_lens", a.seq_lens},
+                                 {"block_table", a.block_table}})) {
+    return f;
   }
-  for (const NamedPointer& p : {required[0], required[1], required[2], required[3]}) {
-    if (!aligned_16(p.pointer)) {
-      return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is not 16-byte aligned", p.name));
-    }
+  if (auto f = require_aligned_16(
+          {{"q", a.q}, {"out", a.out}, {"k_cache", a.k_cache}, {"v_cache", a.v_cache}})) {
+    return f;
   }
-  struct NamedStride {
-    const char* name;
-    int64_t value;
-  };
-  const NamedStride strides[] = {
-      {"q_stride_token", a.q_stride_token},     {"q_stride_head", a.q_stride_head},
-      {"out_stride_token", a.out_stride_token}, {"out_stride_head", a.out_stride_head},
-      {"k_stride_block", a.k_stride_block},     {"k_stride_slot", a.k_stride_slot},
-      {"k_stride_head", a.k_stride_head},       {"v_stride_block", a.v_stride_block},
-      {"v_stride_slot", a.v_stride_slot},       {"v_stride_head", a.v_stride_head},
-  };
-  for (const NamedStride& s : strides) {
-    if (s.value < 0 || s.value % 8 != 0) {
-      return fail(
-          FJ_ERROR_INVALID_ARGUMENT,
-          fmt::format("{} ({}) must be a non-negative multiple of 8 elements", s.name, s.value));
-    }
+  if (auto f = require_row_strides({{"q_stride_token", a.q_stride_token},
+                                    {"q_stride_head", a.q_stride_head},
+                                    {"out_stride_token", a.out_stride_token},
+                                    {"out_stride_head", a.out_stride_head},
+                                    {"k_stride_block", a.k_stride_block},
+                                    {"k_stride_slot", a.k_stride_slot},
+                                    {"k_stride_head", a.k_stride_head},
+                                    {"v_stride_block", a.v_stride_block},
+                                    {"v_stride_slot", a.v_stride_slot},
+                                    {"v_stride_head", a.v_stride_head}})) {
+    return f;
   }
-  if (a.lse != nullptr && a.lse_stride_token < a.num_heads) {
-    return fail(FJ_ERROR_INVALID_ARGUMENT,
-                fmt::format("lse_stride_token ({}) is smaller than num_heads ({})",
-                            a.lse_stride_token, a.num_heads));
-  }
-  if (a.num_params != kernel.num_params) {
-    return fail(FJ_ERROR_INVALID_ARGUMENT,
-                fmt::format("num_params is {} but the program declares {} runtime parameters",
-                            a.num_params, kernel.num_params));
-  }
-  if (a.num_params > 0 && a.params == nullptr) {
-    return fail(FJ_ERROR_INVALID_ARGUMENT, "params is null");
-  }
-  if (!std::isfinite(a.scale)) {
-    return fail(FJ_ERROR_INVALID_ARGUMENT, "scale is not finite");
-  }
-
   device = fj::PagedPrefillArgs{};
+  if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.scale, a.lse,
+                                        a.lse_stride_token, a.num_heads, device)) {
+    return f;
+  }
   device.q = a.q;
   device.out = a.out;
   device.k_cache = a.k_cache;
@@ -195,11 +255,112 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
   device.num_heads = a.num_heads;
   device.num_kv_heads = a.num_kv_heads;
   device.max_blocks_per_req = a.max_blocks_per_req;
-  device.scale =
-      a.scale != 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(kernel.config.head_dim));
-  for (int i = 0; i < a.num_params; ++i)
-    device.params.scalar[i] = a.params[i];
   return std::nullopt;
+}
+
+// The encoder call maps onto the same kernel arguments: sequences are requests, K/V rows are
+// addressed by *_stride_slot from the sequence's first row.
+std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
+                                           const fj_varlen_attention_args& a,
+                                           fj::PagedPrefillArgs& device) {
+  if (kernel.config.page_size != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                "kernel was created for a paged cache: use fj_paged_attention, or create it with "
+                "page_size 0");
+  }
+  if (auto f = require_non_negative({{"num_tokens", a.num_tokens},
+                                     {"num_seqs", a.num_seqs},
+                                     {"max_seq_len", a.max_seq_len}})) {
+    return f;
+  }
+  if (auto f = check_heads(a.num_heads, a.num_kv_heads)) return f;
+  if (a.max_seq_len > a.num_tokens) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("max_seq_len ({}) exceeds num_tokens ({})",
+                                                       a.max_seq_len, a.num_tokens));
+  }
+  if (a.num_seqs > 65535) {
+    return fail(FJ_ERROR_UNSUPPORTED, fmt::format("num_seqs ({}) exceeds 65535", a.num_seqs));
+  }
+  if (auto f = require_non_null(
+          {{"q", a.q}, {"k", a.k}, {"v", a.v}, {"out", a.out}, {"cu_seqlens", a.cu_seqlens}})) {
+    return f;
+  }
+  if (auto f = require_aligned_16({{"q", a.q}, {"k", a.k}, {"v", a.v}, {"out", a.out}})) return f;
+  if (auto f = require_row_strides({{"q_stride_token", a.q_stride_token},
+                                    {"q_stride_head", a.q_stride_head},
+                                    {"k_stride_token", a.k_stride_token},
+                                    {"k_stride_head", a.k_stride_head},
+                                    {"v_stride_token", a.v_stride_token},
+                                    {"v_stride_head", a.v_stride_head},
+                                    {"out_stride_token", a.out_stride_token},
+                                    {"out_stride_head", a.out_stride_head}})) {
+    return f;
+  }
+  device = fj::PagedPrefillArgs{};
+  if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.scale, a.lse,
+                                        a.lse_stride_token, a.num_heads, device)) {
+    return f;
+  }
+  device.q = a.q;
+  device.out = a.out;
+  device.k_cache = a.k;
+  device.v_cache = a.v;
+  device.query_start_loc = a.cu_seqlens;
+  device.lse = a.lse;
+  device.q_stride_token = a.q_stride_token;
+  device.q_stride_head = a.q_stride_head;
+  device.out_stride_token = a.out_stride_token;
+  device.out_stride_head = a.out_stride_head;
+  device.k_stride_slot = a.k_stride_token;
+  device.k_stride_head = a.k_stride_head;
+  device.v_stride_slot = a.v_stride_token;
+  device.v_stride_head = a.v_stride_head;
+  device.lse_stride_token = a.lse_stride_token;
+  device.num_reqs = a.num_seqs;
+  device.num_heads = a.num_heads;
+  device.num_kv_heads = a.num_kv_heads;
+  return std::nullopt;
+}
+
+// Loads `kernel` in the current CUDA context (device 0's primary one when the thread has none)
+// and enqueues it with `args` as its only parameter. No synchronisation.
+std::optional<Failure> launch(const CompiledKernel& kernel, unsigned grid_x, unsigned grid_y,
+                              unsigned grid_z, unsigned threads, size_t smem, void* stream,
+                              void* args) {
+  auto api = cuda::driver_api();
+  if (!api) return fail(FJ_ERROR_CUDA, api.error().message);
+  auto function = kernel.function(smem);
+  if (!function) {
+    return fail(FJ_ERROR_CUDA,
+                fmt::format("cannot load {}: {}", kernel.name(), function.error().message));
+  }
+  void* params[] = {args};
+  const CUresult status = (*api)->cuLaunchKernel(*function, grid_x, grid_y, grid_z, threads, 1, 1,
+                                                 static_cast<unsigned>(smem),
+                                                 static_cast<CUstream>(stream), params, nullptr);
+  if (status != CUDA_SUCCESS) {
+    return fail(FJ_ERROR_CUDA, fmt::format("launching {} failed: {}", kernel.name(),
+                                           cuda::driver_error_string(**api, status)));
+  }
+  return std::nullopt;
+}
+
+// Launches the attention kernel over `num_sequences` sequences of at most `max_query_len`
+// query rows each.
+std::optional<Failure> launch_attention(const fj_kernel& kernel, fj::PagedPrefillArgs& device,
+                                        int32_t max_query_len, int32_t num_sequences,
+                                        void* stream) {
+  const int64_t group = device.num_heads / device.num_kv_heads;
+  const int64_t packed_rows = int64_t{max_query_len} * group;
+  const int64_t q_tiles = (packed_rows + fj::kPrefillBlockM - 1) / fj::kPrefillBlockM;
+  if (q_tiles > 0x7fffffff) {
+    return fail(FJ_ERROR_UNSUPPORTED, "the longest query times the GQA group is too large");
+  }
+  if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
+  return launch(*kernel.compiled, static_cast<unsigned>(q_tiles),
+                static_cast<unsigned>(num_sequences), static_cast<unsigned>(device.num_kv_heads),
+                fj::kPrefillThreads, fj::paged_prefill_smem_bytes(kernel.config.head_dim), stream,
+                &device);
 }
 
 // The architecture to compile for when the caller names none: the current device's.
@@ -228,7 +389,27 @@ bool valid_arch(std::string_view arch) {
   return true;
 }
 
+// A mask-independent kernel (KV-cache write, merge_states) for the current device, compiled
+// on first use and cached in the context.
+Result<CompiledKernelPtr> device_kernel(fj_context& context,
+                                        KernelSpec (*make_spec)(const std::string& arch)) {
+  auto arch = current_device_arch();
+  if (!arch) return arch.error();
+  return context.cache.get(make_spec(*arch));
+}
+
+Failure compile_failure(const Error& error) {
+  return fail(FJ_ERROR_COMPILE,
+              error.log.empty() ? error.message : fmt::format("{}\n{}", error.message, error.log));
+}
+
 }  // namespace
+
+void set_last_error(const fj_context* context, std::string message) {
+  if (context == nullptr) return;
+  std::lock_guard lock(context->error_mutex);
+  context->last_errors[std::this_thread::get_id()] = std::move(message);
+}
 
 Result<MaskFunction> program_mask(const fj_program& program, std::string_view name) {
   std::lock_guard lock(program.masks_mutex);
@@ -363,15 +544,12 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
     if (program == nullptr || desc == nullptr || out == nullptr) {
       return fail(FJ_ERROR_INVALID_ARGUMENT, "program, desc or out is null");
     }
-    if (desc->struct_size < sizeof(fj_kernel_desc)) {
-      return fail(FJ_ERROR_INVALID_ARGUMENT,
-                  fmt::format("desc->struct_size is {}, expected at least {}", desc->struct_size,
-                              sizeof(fj_kernel_desc)));
-    }
+    if (auto f = flexjit::check_args_struct("desc", desc)) return f;
     if (desc->mask == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "desc->mask is null");
     if (!flexjit::prefill_head_dim_supported(desc->head_dim)) {
       return fail(FJ_ERROR_UNSUPPORTED,
-                  fmt::format("head_dim {} is not supported (supported: 64, 128)", desc->head_dim));
+                  fmt::format("head_dim {} is not supported (supported: 64, 80, 96, 128, 256)",
+                              desc->head_dim));
     }
     if (desc->dtype != FJ_DTYPE_BF16 && desc->dtype != FJ_DTYPE_FP16) {
       return fail(FJ_ERROR_UNSUPPORTED,
@@ -380,15 +558,13 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
     }
     if (!flexjit::prefill_page_size_supported(desc->page_size)) {
       return fail(FJ_ERROR_UNSUPPORTED,
-                  fmt::format("page_size {} is not supported (a multiple of 16, at most 1024)",
+                  fmt::format("page_size {} is not supported (a multiple of 16 up to 1024, or 0 "
+                              "for contiguous K/V)",
                               desc->page_size));
     }
     if (context != program->context) {
       return fail(FJ_ERROR_INVALID_ARGUMENT, "program belongs to another context");
     }
-    auto mask = flexjit::program_mask(*program, desc->mask);
-    if (!mask) return fail(FJ_ERROR_NOT_FOUND, mask.error().message);
-
     flexjit::PrefillKernelConfig config;
     config.head_dim = desc->head_dim;
     config.bf16 = desc->dtype == FJ_DTYPE_BF16;
@@ -404,16 +580,21 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
       if (!arch) return fail(FJ_ERROR_CUDA, arch.error().message);
       config.arch = *arch;
     }
-    auto compiled = context->cache.get(flexjit::prefill_kernel_spec(*mask, config));
+    // A request seen before costs one lookup: no lowering, source generation or hashing.
+    std::string request = flexjit::kernel_request_key(*desc, config.arch);
+    std::shared_ptr<const flexjit::CompiledKernel> compiled =
+        flexjit::find_program_kernel(*program, request);
     if (!compiled) {
-      const auto& error = compiled.error();
-      return fail(FJ_ERROR_COMPILE, error.log.empty()
-                                        ? error.message
-                                        : fmt::format("{}\n{}", error.message, error.log));
+      auto mask = flexjit::program_mask(*program, desc->mask);
+      if (!mask) return fail(FJ_ERROR_NOT_FOUND, mask.error().message);
+      auto result = context->cache.get(flexjit::prefill_kernel_spec(*mask, config));
+      if (!result) return flexjit::compile_failure(result.error());
+      compiled = *result;
+      flexjit::remember_program_kernel(*program, std::move(request), compiled);
     }
     auto kernel = std::make_unique<fj_kernel>();
     kernel->context = context;
-    kernel->compiled = std::move(*compiled);
+    kernel->compiled = std::move(compiled);
     kernel->config = config;
     kernel->num_params = static_cast<int>(program->params.size());
     *out = kernel.release();
@@ -437,43 +618,176 @@ FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_
   const fj_context* context = kernel != nullptr ? kernel->context : nullptr;
   return guarded(context, [&]() -> std::optional<Failure> {
     if (kernel == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "kernel is null");
-    if (args == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "args is null");
-    if (args->struct_size < sizeof(fj_paged_attention_args)) {
+    if (auto f = flexjit::check_args_struct("args", args)) return f;
+    fj::PagedPrefillArgs device;
+    if (auto failure = flexjit::prepare_paged_args(*kernel, *args, device)) return failure;
+    return flexjit::launch_attention(*kernel, device, args->max_query_len, args->num_reqs, stream);
+  });
+}
+
+FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attention_args* args,
+                                     void* stream) {
+  const fj_context* context = kernel != nullptr ? kernel->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (kernel == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "kernel is null");
+    if (auto f = flexjit::check_args_struct("args", args)) return f;
+    fj::PagedPrefillArgs device;
+    if (auto failure = flexjit::prepare_varlen_args(*kernel, *args, device)) return failure;
+    return flexjit::launch_attention(*kernel, device, args->max_seq_len, args->num_seqs, stream);
+  });
+}
+
+FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_args* args,
+                                   void* stream) {
+  return guarded(context, [&]() -> std::optional<Failure> {
+    using flexjit::NamedValue;
+    if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
+    if (auto f = flexjit::check_args_struct("args", args)) return f;
+    const fj_kv_cache_write_args& a = *args;
+    if (auto f = flexjit::require_non_negative(
+            {{"num_tokens", a.num_tokens}, {"num_blocks", a.num_blocks}})) {
+      return f;
+    }
+    if (a.num_kv_heads <= 0 || a.head_dim <= 0 || a.head_dim % 8 != 0 || a.page_size <= 0) {
       return fail(FJ_ERROR_INVALID_ARGUMENT,
-                  fmt::format("args->struct_size is {}, expected at least {}", args->struct_size,
-                              sizeof(fj_paged_attention_args)));
+                  "num_kv_heads and page_size must be positive, head_dim a positive multiple of 8");
     }
-    fj::PagedPrefillArgs device_args;
-    if (auto failure = flexjit::prepare_paged_args(*kernel, *args, device_args)) return failure;
+    if (a.num_blocks > std::numeric_limits<int64_t>::max() / a.page_size) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, "num_blocks * page_size overflows");
+    }
+    if (auto f = flexjit::require_non_null({{"key", a.key},
+                                            {"value", a.value},
+                                            {"k_cache", a.k_cache},
+                                            {"v_cache", a.v_cache},
+                                            {"slot_mapping", a.slot_mapping}})) {
+      return f;
+    }
+    if (auto f = flexjit::require_aligned_16(
+            {{"key", a.key}, {"value", a.value}, {"k_cache", a.k_cache}, {"v_cache", a.v_cache}})) {
+      return f;
+    }
+    if (auto f = flexjit::require_row_strides({{"key_stride_token", a.key_stride_token},
+                                               {"key_stride_head", a.key_stride_head},
+                                               {"value_stride_token", a.value_stride_token},
+                                               {"value_stride_head", a.value_stride_head},
+                                               {"k_stride_block", a.k_stride_block},
+                                               {"k_stride_slot", a.k_stride_slot},
+                                               {"k_stride_head", a.k_stride_head},
+                                               {"v_stride_block", a.v_stride_block},
+                                               {"v_stride_slot", a.v_stride_slot},
+                                               {"v_stride_head", a.v_stride_head}})) {
+      return f;
+    }
+    const int64_t chunks = int64_t{a.num_tokens} * a.num_kv_heads * (a.head_dim / 8);
+    const int64_t blocks = (chunks + fj::kKvCacheWriteThreads - 1) / fj::kKvCacheWriteThreads;
+    if (blocks > 0x7fffffff) return fail(FJ_ERROR_UNSUPPORTED, "too many tokens for one launch");
+    if (blocks == 0) return std::nullopt;
+    auto kernel = flexjit::device_kernel(*context, flexjit::kv_cache_write_spec);
+    if (!kernel) return flexjit::compile_failure(kernel.error());
 
-    const int64_t group = args->num_heads / args->num_kv_heads;
-    const int64_t packed_rows = int64_t{args->max_query_len} * group;
-    const int64_t q_tiles = (packed_rows + fj::kPrefillBlockM - 1) / fj::kPrefillBlockM;
-    if (q_tiles > 0x7fffffff) {
-      return fail(FJ_ERROR_UNSUPPORTED, "max_query_len * group is too large for one launch");
-    }
-    if (q_tiles == 0 || args->num_reqs == 0) return std::nullopt;
+    fj::KvCacheWriteArgs device{};
+    device.key = a.key;
+    device.value = a.value;
+    device.k_cache = a.k_cache;
+    device.v_cache = a.v_cache;
+    device.slot_mapping = reinterpret_cast<const fj::i64*>(a.slot_mapping);
+    device.key_stride_token = a.key_stride_token;
+    device.key_stride_head = a.key_stride_head;
+    device.value_stride_token = a.value_stride_token;
+    device.value_stride_head = a.value_stride_head;
+    device.k_stride_block = a.k_stride_block;
+    device.k_stride_slot = a.k_stride_slot;
+    device.k_stride_head = a.k_stride_head;
+    device.v_stride_block = a.v_stride_block;
+    device.v_stride_slot = a.v_stride_slot;
+    device.v_stride_head = a.v_stride_head;
+    device.num_slots = a.num_blocks * a.page_size;
+    device.num_tokens = a.num_tokens;
+    device.num_kv_heads = a.num_kv_heads;
+    device.head_dim = a.head_dim;
+    device.page_size = a.page_size;
+    return flexjit::launch(**kernel, static_cast<unsigned>(blocks), 1, 1, fj::kKvCacheWriteThreads,
+                           0, stream, &device);
+  });
+}
 
-    auto api = flexjit::cuda::driver_api();
-    if (!api) return fail(FJ_ERROR_CUDA, api.error().message);
-    auto cu_context = flexjit::cuda::current_or_primary_context();
-    if (!cu_context) return fail(FJ_ERROR_CUDA, cu_context.error().message);
-    const size_t smem = fj::paged_prefill_smem_bytes(kernel->config.head_dim);
-    auto function = kernel->compiled->function(smem);
-    if (!function) {
-      return fail(FJ_ERROR_CUDA, fmt::format("cannot load {}: {}", kernel->compiled->name(),
-                                             function.error().message));
+FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args* args,
+                                 void* stream) {
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
+    if (auto f = flexjit::check_args_struct("args", args)) return f;
+    const fj_merge_states_args& a = *args;
+    if (a.dtype != FJ_DTYPE_BF16 && a.dtype != FJ_DTYPE_FP16) {
+      return fail(FJ_ERROR_UNSUPPORTED,
+                  fmt::format("dtype {} is not supported", static_cast<int>(a.dtype)));
     }
-    void* params[] = {&device_args};
-    const CUresult status = (*api)->cuLaunchKernel(
-        *function, static_cast<unsigned>(q_tiles), static_cast<unsigned>(args->num_reqs),
-        static_cast<unsigned>(args->num_kv_heads), fj::kPrefillThreads, 1, 1,
-        static_cast<unsigned>(smem), static_cast<CUstream>(stream), params, nullptr);
-    if (status != CUDA_SUCCESS) {
-      return fail(FJ_ERROR_CUDA, fmt::format("launching {} failed: {}", kernel->compiled->name(),
-                                             flexjit::cuda::driver_error_string(**api, status)));
+    if (a.num_tokens < 0 || a.num_heads <= 0 || a.head_dim <= 0 || a.head_dim % 8 != 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  "num_tokens must be >= 0, num_heads positive, head_dim a positive multiple of 8");
     }
-    return std::nullopt;
+    if (auto f = flexjit::require_non_null({{"out_a", a.out_a},
+                                            {"lse_a", a.lse_a},
+                                            {"out_b", a.out_b},
+                                            {"lse_b", a.lse_b},
+                                            {"out", a.out}})) {
+      return f;
+    }
+    if (auto f =
+            flexjit::require_aligned_16({{"out_a", a.out_a}, {"out_b", a.out_b}, {"out", a.out}})) {
+      return f;
+    }
+    if (a.lse != nullptr && (a.lse == a.lse_a || a.lse == a.lse_b)) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, "lse must not alias lse_a or lse_b");
+    }
+    if (auto f = flexjit::require_row_strides({{"out_a_stride_token", a.out_a_stride_token},
+                                               {"out_a_stride_head", a.out_a_stride_head},
+                                               {"out_b_stride_token", a.out_b_stride_token},
+                                               {"out_b_stride_head", a.out_b_stride_head},
+                                               {"out_stride_token", a.out_stride_token},
+                                               {"out_stride_head", a.out_stride_head}})) {
+      return f;
+    }
+    for (const auto& [name, stride, present] :
+         {std::tuple{"lse_a_stride_token", a.lse_a_stride_token, true},
+          std::tuple{"lse_b_stride_token", a.lse_b_stride_token, true},
+          std::tuple{"lse_stride_token", a.lse_stride_token, a.lse != nullptr}}) {
+      if (present && stride < a.num_heads) {
+        return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} ({}) is smaller than num_heads ({})",
+                                                           name, stride, a.num_heads));
+      }
+    }
+    const int64_t chunks = int64_t{a.num_tokens} * a.num_heads * (a.head_dim / 8);
+    const int64_t blocks = (chunks + fj::kMergeStatesThreads - 1) / fj::kMergeStatesThreads;
+    if (blocks > 0x7fffffff) return fail(FJ_ERROR_UNSUPPORTED, "too many rows for one launch");
+    if (blocks == 0) return std::nullopt;
+    auto kernel = flexjit::device_kernel(
+        *context,
+        a.dtype == FJ_DTYPE_BF16
+            ? +[](const std::string& arch) { return flexjit::merge_states_spec(true, arch); }
+            : +[](const std::string& arch) { return flexjit::merge_states_spec(false, arch); });
+    if (!kernel) return flexjit::compile_failure(kernel.error());
+
+    fj::MergeStatesArgs device{};
+    device.out_a = a.out_a;
+    device.lse_a = a.lse_a;
+    device.out_b = a.out_b;
+    device.lse_b = a.lse_b;
+    device.out = a.out;
+    device.lse = a.lse;
+    device.out_a_stride_token = a.out_a_stride_token;
+    device.out_a_stride_head = a.out_a_stride_head;
+    device.out_b_stride_token = a.out_b_stride_token;
+    device.out_b_stride_head = a.out_b_stride_head;
+    device.out_stride_token = a.out_stride_token;
+    device.out_stride_head = a.out_stride_head;
+    device.lse_a_stride_token = a.lse_a_stride_token;
+    device.lse_b_stride_token = a.lse_b_stride_token;
+    device.lse_stride_token = a.lse_stride_token;
+    device.num_tokens = a.num_tokens;
+    device.num_heads = a.num_heads;
+    device.head_dim = a.head_dim;
+    return flexjit::launch(**kernel, static_cast<unsigned>(blocks), 1, 1, fj::kMergeStatesThreads,
+                           0, stream, &device);
   });
 }
 

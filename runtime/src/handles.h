@@ -16,7 +16,8 @@
 #include "kernel_source.h"
 
 struct fj_context {
-  flexjit::KernelCache cache;
+  // Backed by the disk cache and dump directory the environment names (environment.h).
+  flexjit::KernelCache cache{flexjit::KernelCacheOptions::from_environment()};
 
   // Last error per calling thread, so concurrent callers do not read each other's messages.
   mutable std::mutex error_mutex;
@@ -31,6 +32,12 @@ struct fj_program {
   // Masks lowered so far, by name (lowering is cheap but kernels are requested repeatedly).
   mutable std::mutex masks_mutex;
   mutable std::map<std::string, flexjit::MaskFunction, std::less<>> masks;
+
+  // Kernels handed out so far, by request (kernel_request_key): a repeated fj_kernel_create
+  // costs one lookup instead of generating and hashing the source again. Held by the program,
+  // so a request can only ever match a kernel built from this program's source.
+  mutable std::mutex kernels_mutex;
+  mutable std::unordered_map<std::string, std::shared_ptr<const flexjit::CompiledKernel>> kernels;
 };
 
 struct fj_kernel {
@@ -42,7 +49,20 @@ struct fj_kernel {
 
 namespace flexjit {
 
+// Records `message` as the calling thread's last error on `context` (null: nothing).
+void set_last_error(const fj_context* context, std::string message);
+
 // The lowered mask `name` of a program (cached on the program).
 Result<MaskFunction> program_mask(const fj_program& program, std::string_view name);
+
+// The key of a kernel request on one program: everything in a validated fj_kernel_desc that
+// selects the kernel, with the architecture resolved (the device's when desc->arch is null).
+std::string kernel_request_key(const fj_kernel_desc& desc, std::string_view arch);
+
+// The kernel a previous request with this key got (remember_program_kernel), or null.
+std::shared_ptr<const CompiledKernel> find_program_kernel(const fj_program& program,
+                                                          const std::string& request_key);
+void remember_program_kernel(const fj_program& program, std::string request_key,
+                             std::shared_ptr<const CompiledKernel> kernel);
 
 }  // namespace flexjit

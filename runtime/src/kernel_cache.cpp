@@ -2,14 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdint>
+#include <fstream>
 #include <iterator>
 #include <string_view>
 #include <utility>
 
 #include "cuda_driver.h"
 #include "embedded_templates.h"
+#include "environment.h"
+#include "log.h"
 #include "nvrtc_compiler.h"
 
 // Header-only xxHash: nothing to link, no libxxhash.so needed where the library runs.
@@ -75,6 +79,20 @@ const KeyHasher& key_prefix() {
     return hasher;
   }();
   return prefix;
+}
+
+// Writes <dir>/<stem>.cu and <stem>.log for a person to read; failures are logged, not
+// returned: a dump never fails a compile.
+void write_dump(const std::filesystem::path& dir, const std::string& stem, std::string_view source,
+                std::string_view log_text) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  for (const auto& [suffix, text] : {std::pair{".cu", source}, std::pair{".log", log_text}}) {
+    const std::filesystem::path path = dir / (stem + suffix);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    if (!out) log(LogLevel::Warn, "cannot write {}", path.string());
+  }
 }
 
 }  // namespace
@@ -167,7 +185,7 @@ Result<CompiledKernelPtr> KernelCache::get(const KernelSpec& spec) {
     in_flight_.emplace(key, promise.get_future().share());
   }
 
-  Result<CompiledKernelPtr> result = compile(spec, key);
+  Result<CompiledKernelPtr> result = load_or_compile(spec, key);
   {
     std::lock_guard lock(mutex_);
     in_flight_.erase(key);
@@ -177,16 +195,61 @@ Result<CompiledKernelPtr> KernelCache::get(const KernelSpec& spec) {
   return result;
 }
 
-Result<CompiledKernelPtr> KernelCache::compile(const KernelSpec& spec, std::string key) {
+KernelCacheOptions KernelCacheOptions::from_environment() {
+  return KernelCacheOptions{.disk = DiskCache::from_environment(),
+                            .dump_dir = environment().dump_dir};
+}
+
+Result<CompiledKernelPtr> KernelCache::load_or_compile(const KernelSpec& spec, std::string key) {
+  CacheEntry entry;
+  if (options_.disk) {
+    auto loaded = options_.disk->get_or_build(spec.name, key, [&] { return compile(spec, key); });
+    if (!loaded) return loaded.error();
+    if (loaded->origin == DiskCache::Origin::Disk) {
+      disk_hit_count_.fetch_add(1);
+      log(LogLevel::Debug, "loaded {} ({}) from the disk cache", spec.name, key);
+    }
+    entry = std::move(loaded->entry);
+  } else {
+    auto compiled = compile(spec, key);
+    if (!compiled) return compiled.error();
+    entry = std::move(*compiled);
+  }
+  return std::make_shared<const CompiledKernel>(spec.name, std::move(key), std::move(entry.cubin),
+                                                std::move(entry.log));
+}
+
+Result<CacheEntry> KernelCache::compile(const KernelSpec& spec, const std::string& key) {
   std::vector<NvrtcHeader> headers;
   for (const EmbeddedFile& file : embedded_templates())
     headers.push_back({file.name, file.text});
   compile_count_.fetch_add(1);
+  log(LogLevel::Debug, "compiling {} ({}) with NVRTC", spec.name, key);
+  const auto start = std::chrono::steady_clock::now();
   Result<NvrtcOutput> output =
       nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, spec.options);
-  if (!output) return output.error();
-  return std::make_shared<const CompiledKernel>(spec.name, std::move(key), std::move(output->cubin),
-                                                std::move(output->log));
+  log(LogLevel::Info, "compiled {} in {:.2f} s{}", spec.name,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+      output ? "" : " (failed)");
+
+  const std::string stem = fmt::format("{}-{}", spec.name, key);
+  if (!options_.dump_dir.empty()) {
+    const std::string& log_text = output ? output->log : output.error().log;
+    write_dump(options_.dump_dir, stem, spec.source, log_text);
+  }
+  if (!output) {
+    // The source is what a template bug is debugged from: it is written even without a dump
+    // directory, and the error says where.
+    const std::filesystem::path dir =
+        !options_.dump_dir.empty() ? options_.dump_dir
+                                   : std::filesystem::temp_directory_path() / kFailedSourceDir;
+    if (options_.dump_dir.empty()) write_dump(dir, stem, spec.source, output.error().log);
+    const std::filesystem::path source_path = dir / (stem + ".cu");
+    log(LogLevel::Error, "{}; its source is {}", output.error().message, source_path.string());
+    return Error{output.error().message,
+                 fmt::format("{}\ngenerated source: {}", output.error().log, source_path.string())};
+  }
+  return CacheEntry{spec.name, std::move(output->cubin), std::move(output->log)};
 }
 
 }  // namespace flexjit

@@ -1,8 +1,11 @@
-// The in-memory kernel cache: compiles each distinct kernel once with NVRTC and loads its
-// module lazily into every CUDA context that launches it.
+// The kernel cache (DESIGN.md §6): compiled kernels in memory, backed by the disk cache shared
+// between processes; compiles each distinct kernel once with NVRTC and loads its module lazily
+// into every CUDA context that launches it.
 #pragma once
 
 #include <cuda.h>
+
+#include <filesystem>
 
 #include <atomic>
 #include <cstddef>
@@ -13,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "disk_cache.h"
 #include "flexjit/compiler/result.h"
 
 namespace flexjit {
@@ -65,30 +69,60 @@ class CompiledKernel {
 
 using CompiledKernelPtr = std::shared_ptr<const CompiledKernel>;
 
+struct KernelCacheOptions {
+  // The disk level; null: memory only.
+  std::shared_ptr<DiskCache> disk;
+  // Where every compile writes its source (<name>-<key>.cu) and log (.log); empty: only a
+  // failed compile writes them, to kFailedSourceDir under the system's temp directory.
+  std::filesystem::path dump_dir;
+
+  // FLEXJIT_CACHE_DIR & co., FLEXJIT_ALWAYS_COMPILE and FLEXJIT_DUMP_DIR (environment.h).
+  static KernelCacheOptions from_environment();
+};
+
+// Where a failed compile's source goes when no dump directory is set (under the temp dir).
+inline constexpr std::string_view kFailedSourceDir = "flexjit-failed";
+
 // Compiled kernels by key, for the life of the cache.
 class KernelCache {
  public:
-  // The kernel for `spec`, compiled with every embedded template available as a header.
-  // Thread-safe: concurrent requests for one key compile once, the others wait and get the
-  // same result. A failed compile is returned to everyone waiting for it and is not cached.
+  // Memory only, nothing dumped: what tests and tools that must not touch disk want.
+  KernelCache() = default;
+  explicit KernelCache(KernelCacheOptions options) : options_(std::move(options)) {}
+
+  // The kernel for `spec`: from memory, else from the disk cache, else compiled with every
+  // embedded template available as a header (and stored on disk). Thread-safe: concurrent
+  // requests for one key compile once, the others wait and get the same result. A failed
+  // compile is returned to everyone waiting for it and is not cached; its Error's message
+  // names the kernel and its log holds NVRTC's log, the options, and the path of the dumped
+  // source.
   Result<CompiledKernelPtr> get(const KernelSpec& spec);
 
   // How many NVRTC compiles this cache has run.
   size_t compile_count() const { return compile_count_.load(); }
+  // How many kernels this cache has loaded from disk.
+  size_t disk_hit_count() const { return disk_hit_count_.load(); }
+
+  const KernelCacheOptions& options() const { return options_; }
 
   // XXH3-128, in hex, over length-prefixed fields in a fixed order: a format version, the
   // embedded templates (names and bytes, sorted by name), the NVRTC version, then the spec's
-  // name, source, arch and options.
+  // name, source, arch and options. No environment variable changes generated code today
+  // (environment.h), so none is hashed.
   static std::string key(const KernelSpec& spec);
 
  private:
-  Result<CompiledKernelPtr> compile(const KernelSpec& spec, std::string key);
+  Result<CompiledKernelPtr> load_or_compile(const KernelSpec& spec, std::string key);
+  Result<CacheEntry> compile(const KernelSpec& spec, const std::string& key);
+
+  KernelCacheOptions options_;
 
   using SharedResult = std::shared_future<Result<CompiledKernelPtr>>;
   std::mutex mutex_;
   std::unordered_map<std::string, CompiledKernelPtr> compiled_;
   std::unordered_map<std::string, SharedResult> in_flight_;
   std::atomic<size_t> compile_count_ = 0;
+  std::atomic<size_t> disk_hit_count_ = 0;
 };
 
 }  // namespace flexjit

@@ -13,18 +13,23 @@ namespace flexjit {
 struct PrefillKernelConfig {
   int head_dim = 128;
   bool bf16 = true;
-  int page_size = 16;
+  int page_size = 16;  // 0: contiguous K/V (the encoder kernel)
   std::string arch = "sm_90a";
 };
 
-// Head dims and page sizes the paged prefill template is instantiated for.
+// Head dims and page sizes the prefill template is instantiated for (page size 0 selects the
+// contiguous encoder layout).
 bool prefill_head_dim_supported(int head_dim);
 bool prefill_page_size_supported(int page_size);
 
-// "prefill_sliding_hd128_bf16_page16_sm90a"
+// "prefill_sliding_hd128_bf16_page16_sm90a"; "encoder_sliding_sym_hd64_fp16_sm80"
 std::string prefill_kernel_name(std::string_view mask_name, const PrefillKernelConfig& config);
 
 // Name, full CUDA source (variant struct + template instantiation), arch and NVRTC options.
 KernelSpec prefill_kernel_spec(const MaskFunction& mask, const PrefillKernelConfig& config);
+
+// The mask-independent kernels: KV-cache write (one for every 16-bit dtype) and merge_states.
+KernelSpec kv_cache_write_spec(const std::string& arch);
+KernelSpec merge_states_spec(bool bf16, const std::string& arch);
 
 }  // namespace flexjit

@@ -1,8 +1,5 @@
 #include "paged_check.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "check_support.h"
 #include "cuda_driver.h"
 #include "handles.h"
 #include "reference.h"
@@ -20,75 +18,13 @@ namespace flexjit {
 
 namespace {
 
-uint16_t to_bits(float value, fj_dtype dtype) {
-  if (dtype == FJ_DTYPE_BF16) return __nv_bfloat16_raw(__float2bfloat16_rn(value)).x;
-  return __half_raw(__float2half_rn(value)).x;
-}
-
-float from_bits(uint16_t bits, fj_dtype dtype) {
-  if (dtype == FJ_DTYPE_BF16) {
-    __nv_bfloat16_raw raw;
-    raw.x = bits;
-    return __bfloat162float(__nv_bfloat16(raw));
-  }
-  __half_raw raw;
-  raw.x = bits;
-  return __half2float(__half(raw));
-}
-
-// A quiet NaN of the dtype: what unowned cache slots hold, so reading one shows in the output.
-uint16_t nan_bits(fj_dtype dtype) {
-  return dtype == FJ_DTYPE_BF16 ? 0x7fc0 : 0x7e00;
-}
-
-// Device memory owned for the duration of one check.
-class DeviceBuffer {
- public:
-  DeviceBuffer(const cuda::DriverApi& api) : api_(api) {}
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (pointer_ != 0) api_.cuMemFree(pointer_);
-  }
-
-  Result<bool> upload(const void* data, size_t bytes) {
-    if (auto status = allocate(bytes); !status) return status;
-    const CUresult status = api_.cuMemcpyHtoD(pointer_, data, bytes);
-    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemcpyHtoD", status);
-    return true;
-  }
-
-  // Fills every byte with `value` (poison for outputs).
-  Result<bool> fill(size_t bytes, unsigned char value) {
-    if (auto status = allocate(bytes); !status) return status;
-    const CUresult status = api_.cuMemsetD8(pointer_, value, bytes);
-    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemsetD8", status);
-    return true;
-  }
-
-  Result<bool> download(void* data, size_t bytes) const {
-    const CUresult status = api_.cuMemcpyDtoH(data, pointer_, bytes);
-    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemcpyDtoH", status);
-    return true;
-  }
-
-  void* get() const { return reinterpret_cast<void*>(pointer_); }
-
- private:
-  Result<bool> allocate(size_t bytes) {
-    const CUresult status = api_.cuMemAlloc(&pointer_, std::max<size_t>(bytes, 16));
-    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemAlloc", status);
-    return true;
-  }
-
-  const cuda::DriverApi& api_;
-  CUdeviceptr pointer_ = 0;
-};
-
 struct PagedInputs {
   HostPagedBatch batch;  // what the reference reads (values rounded to the dtype)
   std::vector<uint16_t> q_bits, k_bits, v_bits;
 };
+
+Result<PagedInputs> fill_values(const PagedCheckConfig& config, int num_blocks,
+                                std::mt19937_64& rng, PagedInputs& inputs);
 
 Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64& rng) {
   PagedInputs inputs;
@@ -114,6 +50,29 @@ Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64&
     batch.seq_lens.push_back(config.context_lens[r] + config.query_lens[r]);
     max_blocks =
         std::max(max_blocks, (batch.seq_lens.back() + config.page_size - 1) / config.page_size);
+  }
+  if (config.contiguous) {
+    // The reference reads contiguous rows as a cache of one-token pages whose table maps key
+    // j of sequence r to row cu_seqlens[r] + j.
+    for (int r = 0; r < num_reqs; ++r) {
+      if (config.context_lens[r] != 0) return Error{"contiguous K/V has no cached context"};
+    }
+    batch.page_size = 1;
+    batch.max_blocks_per_req = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
+    batch.block_table_stride = std::max(1, batch.max_blocks_per_req);
+    batch.block_table.assign(num_reqs * batch.block_table_stride, 0);
+    for (int r = 0; r < num_reqs; ++r) {
+      for (int j = 0; j < batch.seq_lens[r]; ++j) {
+        batch.block_table[r * batch.block_table_stride + j] = batch.query_start_loc[r] + j;
+      }
+    }
+    const int64_t row = int64_t{config.num_kv_heads} * config.head_dim;
+    for (HostCache* cache : {&batch.k, &batch.v}) {
+      cache->stride_block = row;
+      cache->stride_slot = 0;
+      cache->stride_head = config.head_dim;
+    }
+    return fill_values(config, std::max(1, batch.num_tokens()), rng, inputs);
   }
   // Spare columns and spare physical blocks hold garbage that a correct kernel never reads.
   batch.max_blocks_per_req = max_blocks;
@@ -149,7 +108,18 @@ Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64&
       cache->stride_slot = d;
     }
   }
+  return fill_values(config, num_blocks, rng, inputs);
+}
 
+// Random q and K/V values of every key a request owns; every other cache element is NaN, so a
+// kernel that reads one shows it in its output.
+Result<PagedInputs> fill_values(const PagedCheckConfig& config, int num_blocks,
+                                std::mt19937_64& rng, PagedInputs& inputs) {
+  HostPagedBatch& batch = inputs.batch;
+  const int num_reqs = batch.num_reqs();
+  const int64_t d = config.head_dim;
+  const int64_t hk = config.num_kv_heads;
+  const int64_t page = batch.page_size;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t cache_elems = num_blocks * page * hk * d;
   const uint16_t nan = nan_bits(config.dtype);
@@ -179,7 +149,7 @@ Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64&
     inputs.q_bits[i] = to_bits(normal(rng), config.dtype);
     batch.q[i] = from_bits(inputs.q_bits[i], config.dtype);
   }
-  return inputs;
+  return std::move(inputs);
 }
 
 // Compares kernel output with the reference.
@@ -242,7 +212,7 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   desc.mask = config.mask.c_str();
   desc.head_dim = config.head_dim;
   desc.dtype = config.dtype;
-  desc.page_size = config.page_size;
+  desc.page_size = config.contiguous ? 0 : config.page_size;
   desc.arch = config.arch.empty() ? nullptr : config.arch.c_str();
   fj_kernel* kernel = nullptr;
   if (fj_kernel_create(context, program, &desc, &kernel) != FJ_SUCCESS) {
@@ -276,41 +246,70 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
     if (!status) return status.error();
   }
 
-  fj_paged_attention_args args{};
-  args.struct_size = sizeof(args);
-  args.q = q.get();
-  args.out = out.get();
-  args.k_cache = k.get();
-  args.v_cache = v.get();
-  args.query_start_loc = static_cast<const int32_t*>(qsl.get());
-  args.seq_lens = static_cast<const int32_t*>(seq_lens.get());
-  args.block_table = static_cast<const int32_t*>(table.get());
-  args.lse = static_cast<float*>(lse.get());
-  args.num_tokens = batch.num_tokens();
-  args.num_reqs = batch.num_reqs();
-  args.num_heads = batch.num_heads;
-  args.num_kv_heads = batch.num_kv_heads;
-  args.max_query_len = *std::max_element(config.query_lens.begin(), config.query_lens.end());
-  args.max_blocks_per_req = batch.max_blocks_per_req;
-  args.q_stride_token = int64_t{batch.num_heads} * batch.head_dim;
-  args.q_stride_head = batch.head_dim;
-  args.out_stride_token = args.q_stride_token;
-  args.out_stride_head = args.q_stride_head;
-  args.k_stride_block = batch.k.stride_block;
-  args.k_stride_slot = batch.k.stride_slot;
-  args.k_stride_head = batch.k.stride_head;
-  args.v_stride_block = batch.v.stride_block;
-  args.v_stride_slot = batch.v.stride_slot;
-  args.v_stride_head = batch.v.stride_head;
-  args.block_table_stride = batch.block_table_stride;
-  args.lse_stride_token = batch.num_heads;
-  args.scale = batch.scale;
-  args.params = batch.params.data();
-  args.num_params = static_cast<int32_t>(batch.params.size());
+  fj_paged_attention_args paged{};
+  paged.struct_size = sizeof(paged);
+  paged.q = q.get();
+  paged.out = out.get();
+  paged.k_cache = k.get();
+  paged.v_cache = v.get();
+  paged.query_start_loc = static_cast<const int32_t*>(qsl.get());
+  paged.seq_lens = static_cast<const int32_t*>(seq_lens.get());
+  paged.block_table = static_cast<const int32_t*>(table.get());
+  paged.lse = static_cast<float*>(lse.get());
+  paged.num_tokens = batch.num_tokens();
+  paged.num_reqs = batch.num_reqs();
+  paged.num_heads = batch.num_heads;
+  paged.num_kv_heads = batch.num_kv_heads;
+  paged.max_query_len = *std::max_element(config.query_lens.begin(), config.query_lens.end());
+  paged.max_blocks_per_req = batch.max_blocks_per_req;
+  paged.q_stride_token = int64_t{batch.num_heads} * batch.head_dim;
+  paged.q_stride_head = batch.head_dim;
+  paged.out_stride_token = paged.q_stride_token;
+  paged.out_stride_head = paged.q_stride_head;
+  paged.k_stride_block = batch.k.stride_block;
+  paged.k_stride_slot = batch.k.stride_slot;
+  paged.k_stride_head = batch.k.stride_head;
+  paged.v_stride_block = batch.v.stride_block;
+  paged.v_stride_slot = batch.v.stride_slot;
+  paged.v_stride_head = batch.v.stride_head;
+  paged.block_table_stride = batch.block_table_stride;
+  paged.lse_stride_token = batch.num_heads;
+  paged.scale = batch.scale;
+  paged.params = batch.params.data();
+  paged.num_params = static_cast<int32_t>(batch.params.size());
 
-  if (fj_paged_attention(kernel, &args, nullptr) != FJ_SUCCESS) {
-    return Error{fj_context_last_error(context)};
-  }
+  // The encoder call: K/V rows are the cache's one-token blocks (see make_inputs).
+  fj_varlen_attention_args varlen{};
+  varlen.struct_size = sizeof(varlen);
+  varlen.q = paged.q;
+  varlen.k = paged.k_cache;
+  varlen.v = paged.v_cache;
+  varlen.out = paged.out;
+  varlen.cu_seqlens = paged.query_start_loc;
+  varlen.lse = paged.lse;
+  varlen.num_tokens = paged.num_tokens;
+  varlen.num_seqs = paged.num_reqs;
+  varlen.num_heads = paged.num_heads;
+  varlen.num_kv_heads = paged.num_kv_heads;
+  varlen.max_seq_len = paged.max_query_len;
+  varlen.q_stride_token = paged.q_stride_token;
+  varlen.q_stride_head = paged.q_stride_head;
+  varlen.k_stride_token = batch.k.stride_block;
+  varlen.k_stride_head = batch.k.stride_head;
+  varlen.v_stride_token = batch.v.stride_block;
+  varlen.v_stride_head = batch.v.stride_head;
+  varlen.out_stride_token = paged.out_stride_token;
+  varlen.out_stride_head = paged.out_stride_head;
+  varlen.lse_stride_token = paged.lse_stride_token;
+  varlen.scale = paged.scale;
+  varlen.params = paged.params;
+  varlen.num_params = paged.num_params;
+
+  auto launch = [&] {
+    return config.contiguous ? fj_varlen_attention(kernel, &varlen, nullptr)
+                             : fj_paged_attention(kernel, &paged, nullptr);
+  };
+  if (launch() != FJ_SUCCESS) return Error{fj_context_last_error(context)};
   if (const CUresult status = api.cuCtxSynchronize(); status != CUDA_SUCCESS) {
     return cuda::driver_error(api, "kernel execution", status);
   }
@@ -327,7 +326,7 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
     api.cuEventCreate(&stop, CU_EVENT_DEFAULT);
     api.cuEventRecord(start, nullptr);
     for (int i = 0; i < config.timing_iterations; ++i)
-      fj_paged_attention(kernel, &args, nullptr);
+      launch();
     api.cuEventRecord(stop, nullptr);
     api.cuEventSynchronize(stop);
     float ms = 0.0f;

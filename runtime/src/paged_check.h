@@ -1,5 +1,6 @@
-// Runs one paged attention call on random inputs and checks it against the double-precision
-// reference: what `flexjit run` does and what the GPU tests assert on. Inputs follow vLLM's
+// Runs one paged (or contiguous-KV encoder) attention call on random inputs and checks it
+// against the double-precision reference: what `flexjit run` does and what the GPU tests
+// assert on. Inputs follow vLLM's
 // paged layout with a shuffled block table, garbage in the block-table entries past each
 // sequence and NaN in cache slots no request owns; outputs are poisoned before the launch.
 #pragma once
@@ -19,6 +20,9 @@ enum class KvLayout { NHD, HND };
 
 struct PagedCheckConfig {
   std::string mask;
+  // Contiguous K/V packed like q (the encoder call, fj_varlen_attention): context_lens must be
+  // 0 and page_size/layout are ignored.
+  bool contiguous = false;
   fj_dtype dtype = FJ_DTYPE_BF16;
   int head_dim = 128;
   int page_size = 16;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "flexjit/flexjit.h"
+#include "ops_check.h"
 #include "paged_check.h"
 
 namespace {
@@ -120,4 +121,82 @@ TEST_CASE("a window wider than the sequence equals causal", "[gpu]") {
   // Every request's rows see every key up to their own position.
   CHECK(report.visible_pairs == 8 * ((129LL * 1000 + 129 * 130 / 2) + (64LL * 3 + 64 * 65 / 2)));
   require_correct(config, report);
+}
+
+TEST_CASE("every head dim, both layouts", "[gpu]") {
+  const int head_dim = GENERATE(80, 96, 256);
+  const auto layout = GENERATE(flexjit::KvLayout::NHD, flexjit::KvLayout::HND);
+  flexjit::PagedCheckConfig config;
+  config.mask = "sliding";
+  config.head_dim = head_dim;
+  config.layout = layout;
+  config.page_size = 32;
+  config.num_heads = 8;
+  config.num_kv_heads = 4;
+  config.query_lens = {1, 77, 200};
+  config.context_lens = {300, 20, 0};
+  config.params.assign(1, 0);
+  config.params[slot_of("window")] = 150;
+  config.seed = head_dim;
+  require_correct(config, check(config));
+}
+
+TEST_CASE("page sizes up to 256", "[gpu]") {
+  const int page_size = GENERATE(32, 128, 256);
+  flexjit::PagedCheckConfig config;
+  config.mask = "causal";
+  config.head_dim = 64;
+  config.page_size = page_size;
+  config.num_heads = 4;
+  config.num_kv_heads = 4;
+  config.query_lens = {3, 130};
+  config.context_lens = {600, 257};
+  config.params.assign(1, 0);
+  require_correct(config, check(config));
+}
+
+TEST_CASE("encoder path: contiguous K/V with cu_seqlens", "[gpu]") {
+  const std::string mask = GENERATE("bidirectional", "sliding_sym", "causal");
+  const fj_dtype dtype = GENERATE(FJ_DTYPE_BF16, FJ_DTYPE_FP16);
+  flexjit::PagedCheckConfig config;
+  config.contiguous = true;
+  config.mask = mask;
+  config.dtype = dtype;
+  config.head_dim = 64;
+  config.num_heads = 6;
+  config.num_kv_heads = 2;
+  config.query_lens = {1, 100, 257, 0, 64};
+  config.context_lens = {0, 0, 0, 0, 0};
+  config.params.assign(1, 0);
+  config.params[slot_of("window")] = 40;
+  const auto report = check(config);
+  if (mask == "bidirectional") {
+    CHECK(report.visible_pairs == 6 * (1LL + 100 * 100 + 257 * 257 + 64 * 64));
+  }
+  require_correct(config, report);
+}
+
+TEST_CASE("KV-cache write skips padding and out-of-range slots", "[gpu]") {
+  flexjit::KvCacheWriteCheckConfig config;
+  config.layout = GENERATE(flexjit::KvLayout::NHD, flexjit::KvLayout::HND);
+  config.head_dim = GENERATE(64, 128);
+  auto report = flexjit::run_kv_cache_write_check(fixture().context, config);
+  INFO((report ? std::string() : report.error().message));
+  REQUIRE(report.ok());
+  CHECK(report->written_rows > 0);
+  CHECK(report->skipped_tokens > 0);
+  CHECK(report->wrong_elements == 0);
+}
+
+TEST_CASE("merge_states merges by LSE and keeps empty rows empty", "[gpu]") {
+  flexjit::MergeStatesCheckConfig config;
+  config.dtype = GENERATE(FJ_DTYPE_BF16, FJ_DTYPE_FP16);
+  config.in_place = GENERATE(false, true);
+  auto report = flexjit::run_merge_states_check(fixture().context, config);
+  INFO((report ? std::string() : report.error().message));
+  REQUIRE(report.ok());
+  CHECK(report->bad_outputs == 0);
+  CHECK(report->empty_rows_wrong == 0);
+  CHECK(report->max_abs_error <= (config.dtype == FJ_DTYPE_BF16 ? 2e-2 : 3e-3));
+  CHECK(report->lse_max_abs_error <= 1e-5);
 }

@@ -2,12 +2,17 @@
 // The library collects diagnostics and errors as values; this file alone prints them and
 // chooses exit codes (0 success, 1 an error in the input or a failed check, 2 bad usage).
 #include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -16,12 +21,20 @@
 #include <string>
 #include <vector>
 
+#include "disk_cache.h"
+#include "embedded_templates.h"
+#include "environment.h"
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/mask.h"
 #include "flexjit/dsl/frontend.h"
 #include "flexjit/flexjit.h"
+#include "handles.h"
+#include "kernel_args.cuh"
 #include "kernel_source.h"
+#include "nvrtc_compiler.h"
 #include "paged_check.h"
+
+extern char** environ;
 
 namespace {
 
@@ -172,21 +185,50 @@ int command_emit(const std::string& path, const KernelOptions& options) {
   return 0;
 }
 
-// Compiles one kernel with NVRTC through the C API (as an engine would) and reports it.
-int command_compile(const std::string& path, const KernelOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return report_error({fmt::format("cannot open '{}'", path)});
+struct CompileOptions {
+  KernelOptions kernel;
+  bool all = false;
+  std::string head_dims = "64,128";
+  std::string dtypes = "bf16,fp16";
+  std::string page_sizes = "16";
+  int jobs = 0;
+  bool ptx = false;
+  bool sass = false;
+  bool resources = false;
+  bool json = false;
+};
+
+using ContextPtr = std::unique_ptr<fj_context, decltype(&fj_context_destroy)>;
+using ProgramPtr = std::unique_ptr<fj_program, decltype(&fj_program_destroy)>;
+using KernelPtr = std::unique_ptr<fj_kernel, decltype(&fj_kernel_destroy)>;
+
+// A context and the program of `path`, or the error already printed (nullopt).
+struct OpenProgram {
+  ContextPtr context{nullptr, fj_context_destroy};
+  ProgramPtr program{nullptr, fj_program_destroy};
+};
+
+std::optional<OpenProgram> open_program(const std::string& path) {
+  OpenProgram open;
   fj_context* context = nullptr;
-  if (fj_context_create(&context) != FJ_SUCCESS) return report_error({"cannot create context"});
-  std::unique_ptr<fj_context, decltype(&fj_context_destroy)> context_owner(context,
-                                                                           fj_context_destroy);
+  if (fj_context_create(&context) != FJ_SUCCESS) {
+    report_error({"cannot create context"});
+    return std::nullopt;
+  }
+  open.context.reset(context);
   fj_program* program = nullptr;
   if (fj_program_create_from_file(context, path.c_str(), &program) != FJ_SUCCESS) {
     fmt::print(stderr, "{}", fj_context_last_error(context));
-    return 1;
+    if (std::string_view(fj_context_last_error(context)).find("cannot open") == 0) {
+      fmt::print(stderr, "\n");
+    }
+    return std::nullopt;
   }
-  std::unique_ptr<fj_program, decltype(&fj_program_destroy)> program_owner(program,
-                                                                           fj_program_destroy);
+  open.program.reset(program);
+  return open;
+}
+
+fj_kernel_desc kernel_desc(const KernelOptions& options) {
   fj_kernel_desc desc{};
   desc.struct_size = sizeof(desc);
   desc.mask = options.mask.c_str();
@@ -194,17 +236,370 @@ int command_compile(const std::string& path, const KernelOptions& options) {
   desc.dtype = options.dtype == "bf16" ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
   desc.page_size = options.page_size;
   desc.arch = options.arch.empty() ? nullptr : options.arch.c_str();
+  return desc;
+}
+
+// The first of `tools` found in $CUDA_HOME/bin, /usr/local/cuda/bin or on PATH.
+std::optional<std::filesystem::path> find_toolkit_program(std::string_view tool) {
+  std::vector<std::filesystem::path> dirs;
+  if (!flexjit::environment().cuda_home.empty()) {
+    dirs.push_back(flexjit::environment().cuda_home / "bin");
+  }
+  dirs.push_back("/usr/local/cuda/bin");
+  if (const char* path = std::getenv("PATH")) {
+    std::string_view rest = path;
+    while (!rest.empty()) {
+      const size_t colon = rest.find(':');
+      if (colon != 0) dirs.emplace_back(rest.substr(0, colon));
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    }
+  }
+  for (const auto& dir : dirs) {
+    const std::filesystem::path candidate = dir / tool;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return std::nullopt;
+}
+
+// Runs `argv` with stdout and stderr inherited; its exit status, or an Error.
+Result<int> run_program(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& arg : argv)
+    args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  std::fflush(stdout);
+  pid_t pid = 0;
+  if (int code = posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ); code != 0) {
+    return flexjit::Error{fmt::format("cannot run {}: {}", argv[0], std::strerror(code))};
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return flexjit::Error{fmt::format("waiting for {} failed", argv[0])};
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The cubin's SASS, printed by the toolkit's disassembler.
+int print_sass(const flexjit::CompiledKernel& kernel) {
+  std::vector<std::string> argv;
+  if (auto cuobjdump = find_toolkit_program("cuobjdump")) {
+    argv = {cuobjdump->string(), "-sass"};
+  } else if (auto nvdisasm = find_toolkit_program("nvdisasm")) {
+    argv = {nvdisasm->string(), "--print-line-info"};
+  } else {
+    return report_error(
+        {"--sass needs cuobjdump or nvdisasm from the CUDA toolkit; neither is in $CUDA_HOME/bin, "
+         "/usr/local/cuda/bin or on PATH (install the toolkit's cuda-cuobjdump or cuda-nvdisasm "
+         "package, or use --ptx)"});
+  }
+  const std::filesystem::path cubin = std::filesystem::temp_directory_path() /
+                                      fmt::format("flexjit-{}-{}.cubin", ::getpid(), kernel.name());
+  {
+    std::ofstream out(cubin, std::ios::binary);
+    out.write(kernel.cubin().data(), static_cast<std::streamsize>(kernel.cubin().size()));
+    if (!out) return report_error({fmt::format("cannot write {}", cubin.string())});
+  }
+  argv.push_back(cubin.string());
+  auto status = run_program(argv);
+  std::filesystem::remove(cubin);
+  if (!status) return report_error(status.error());
+  if (*status != 0) return report_error({fmt::format("{} exited with {}", argv[0], *status)});
+  return 0;
+}
+
+std::vector<flexjit::NvrtcHeader> template_headers() {
+  std::vector<flexjit::NvrtcHeader> headers;
+  for (const flexjit::EmbeddedFile& file : flexjit::embedded_templates())
+    headers.push_back({file.name, file.text});
+  return headers;
+}
+
+// ptxas's own report for the kernel: the same source and options compiled once more with
+// --ptxas-options=-v (which changes the log, not the code), outside the cache.
+int print_resources(const flexjit::KernelSpec& spec, int head_dim, bool json) {
+  std::vector<std::string> options = spec.options;
+  options.emplace_back(flexjit::kPtxasVerboseOption);
+  auto output = flexjit::nvrtc_compile(spec.name + ".cu", spec.source, template_headers(),
+                                       spec.arch, options);
+  if (!output) return report_error(output.error());
+  auto resources = flexjit::parse_ptxas_resources(output->log, spec.name);
+  if (!resources) return report_error(resources.error());
+  const size_t dynamic_smem = fj::paged_prefill_smem_bytes(head_dim);
+  if (json) {
+    fmt::print("{}\n", nlohmann::json{{"kernel", spec.name},
+                                      {"arch", spec.arch},
+                                      {"registers", resources->registers},
+                                      {"barriers", resources->barriers},
+                                      {"static_shared_bytes", resources->shared_bytes},
+                                      {"dynamic_shared_bytes", dynamic_smem},
+                                      {"constant_bytes", resources->constant_bytes},
+                                      {"stack_frame_bytes", resources->stack_frame_bytes},
+                                      {"spill_store_bytes", resources->spill_store_bytes},
+                                      {"spill_load_bytes", resources->spill_load_bytes}}
+                           .dump(2));
+    return 0;
+  }
+  fmt::print("{} ({}, from ptxas -v)\n", spec.name, spec.arch);
+  fmt::print("  registers      {} per thread\n", resources->registers);
+  fmt::print("  shared memory  {} bytes static, {} bytes dynamic (set at launch)\n",
+             resources->shared_bytes, dynamic_smem);
+  fmt::print(
+      "  spills         {} bytes stored, {} bytes loaded{}\n", resources->spill_store_bytes,
+      resources->spill_load_bytes,
+      resources->spill_store_bytes + resources->spill_load_bytes > 0 ? "  <-- spilling" : "");
+  fmt::print("  stack frame    {} bytes\n", resources->stack_frame_bytes);
+  fmt::print("  barriers       {}\n", resources->barriers);
+  fmt::print("  constant bank  {} bytes (cmem[0])\n", resources->constant_bytes);
+  return 0;
+}
+
+// Compiles one kernel with NVRTC through the C API (as an engine would) and reports it; with
+// --ptx, --sass or --resources, shows what was built.
+int command_compile_one(const std::string& path, const CompileOptions& options) {
+  auto open = open_program(path);
+  if (!open) return 1;
+  fj_context* context = open->context.get();
+  const fj_kernel_desc desc = kernel_desc(options.kernel);
   const auto start = std::chrono::steady_clock::now();
-  fj_kernel* kernel = nullptr;
-  if (fj_kernel_create(context, program, &desc, &kernel) != FJ_SUCCESS) {
+  fj_kernel* raw_kernel = nullptr;
+  if (fj_kernel_create(context, open->program.get(), &desc, &raw_kernel) != FJ_SUCCESS) {
     return report_error({fj_context_last_error(context)});
   }
+  KernelPtr kernel(raw_kernel, fj_kernel_destroy);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const char* name = nullptr;
-  fj_kernel_name(kernel, &name);
-  fmt::print("{}: compiled in {:.2f} s\n", name, seconds);
-  fj_kernel_destroy(kernel);
+  fj_kernel_name(kernel.get(), &name);
+  const bool from_disk = context->cache.disk_hit_count() > 0;
+  const bool inspect = options.ptx || options.sass || options.resources;
+  // Inspection output goes to stdout alone, so it can be piped; the summary then goes to stderr.
+  std::FILE* summary = inspect ? stderr : stdout;
+  if (from_disk) {
+    fmt::print(summary, "{}: loaded from the disk cache in {:.1f} ms\n", name, seconds * 1e3);
+  } else {
+    fmt::print(summary, "{}: compiled in {:.2f} s\n", name, seconds);
+  }
+  if (!inspect) return 0;
+
+  // The spec the C API compiled, rebuilt here for the inspections that recompile it.
+  auto mask = flexjit::program_mask(*open->program, options.kernel.mask);
+  if (!mask) return report_error(mask.error());
+  const flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(*mask, kernel->config);
+  if (flexjit::KernelCache::key(spec) != kernel->compiled->key()) {
+    return report_error(
+        {fmt::format("internal error: the source rebuilt for {} differs from the "
+                     "one compiled",
+                     name)});
+  }
+  int status = 0;
+  if (options.resources) status |= print_resources(spec, kernel->config.head_dim, options.json);
+  if (options.ptx) {
+    std::string virtual_arch = spec.arch;
+    virtual_arch.replace(0, 3, "compute_");  // sm_90a -> compute_90a
+    auto ptx = flexjit::nvrtc_compile_ptx(spec.name + ".cu", spec.source, template_headers(),
+                                          virtual_arch, spec.options);
+    if (!ptx) return report_error(ptx.error());
+    fmt::print("{}", ptx->cubin);
+  }
+  if (options.sass) status |= print_sass(*kernel->compiled);
+  return status;
+}
+
+template <class T, class Parse>
+Result<std::vector<T>> parse_list(const std::string& text, const char* what, Parse parse) {
+  std::vector<T> values;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    auto value = parse(rest.substr(0, comma));
+    if (!value) return flexjit::Error{fmt::format("{}: '{}' is not valid", what, text)};
+    values.push_back(*value);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  if (values.empty()) return flexjit::Error{fmt::format("{} is empty", what)};
+  return values;
+}
+
+// Redraws "[#####.....] done/total" on stderr, only on a terminal.
+struct ProgressBar {
+  bool enabled = ::isatty(STDERR_FILENO) == 1;
+  size_t failures = 0;
+
+  static void update(void* self, size_t done, size_t total, size_t, fj_status status) {
+    auto* bar = static_cast<ProgressBar*>(self);
+    if (status != FJ_SUCCESS) ++bar->failures;
+    if (!bar->enabled) return;
+    constexpr size_t kWidth = 40;
+    const size_t filled = total == 0 ? kWidth : done * kWidth / total;
+    fmt::print(stderr, "\r[{}{}] {}/{} kernels{}", std::string(filled, '#'),
+               std::string(kWidth - filled, '.'), done, total,
+               bar->failures > 0 ? fmt::format(", {} failed", bar->failures) : "");
+    if (done == total) fmt::print(stderr, "\n");
+  }
+};
+
+// Builds every mask of the file for every listed head dim, dtype and page size, in parallel
+// (fj_precompile), then lists the kernels.
+int command_compile_all(const std::string& path, const CompileOptions& options) {
+  auto int_item = [](std::string_view item) { return parse_int(item); };
+  auto head_dims = parse_list<int>(options.head_dims, "--head-dims", int_item);
+  if (!head_dims) return report_error(head_dims.error());
+  auto page_sizes = parse_list<int>(options.page_sizes, "--page-sizes", int_item);
+  if (!page_sizes) return report_error(page_sizes.error());
+  auto dtypes = parse_list<fj_dtype>(options.dtypes, "--dtypes (bf16, fp16)",
+                                     [](std::string_view item) -> std::optional<fj_dtype> {
+                                       if (item == "bf16") return FJ_DTYPE_BF16;
+                                       if (item == "fp16") return FJ_DTYPE_FP16;
+                                       return std::nullopt;
+                                     });
+  if (!dtypes) return report_error(dtypes.error());
+
+  auto open = open_program(path);
+  if (!open) return 1;
+  fj_context* context = open->context.get();
+  const LoadedFile file = load_file(path);
+  const std::vector<std::string> masks = mask_names(file.module);
+  std::vector<fj_kernel_desc> descs;
+  for (const std::string& mask : masks) {
+    for (int head_dim : *head_dims) {
+      for (fj_dtype dtype : *dtypes) {
+        for (int page_size : *page_sizes) {
+          KernelOptions kernel = options.kernel;
+          fj_kernel_desc desc = kernel_desc(kernel);
+          desc.mask = mask.c_str();
+          desc.head_dim = head_dim;
+          desc.dtype = dtype;
+          desc.page_size = page_size;
+          descs.push_back(desc);
+        }
+      }
+    }
+  }
+  ProgressBar bar;
+  fj_precompile_options precompile{};
+  precompile.struct_size = sizeof(precompile);
+  precompile.num_threads = options.jobs;
+  precompile.progress = &ProgressBar::update;
+  precompile.progress_user_data = &bar;
+  std::vector<fj_status> statuses(descs.size(), FJ_SUCCESS);
+  const auto start = std::chrono::steady_clock::now();
+  const fj_status status = fj_precompile(context, open->program.get(), descs.data(), descs.size(),
+                                         &precompile, statuses.data());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  for (size_t i = 0; i < descs.size(); ++i) {
+    if (statuses[i] != FJ_SUCCESS) continue;
+    // Built above: this is a memory hit.
+    fj_kernel* kernel = nullptr;
+    if (fj_kernel_create(context, open->program.get(), &descs[i], &kernel) != FJ_SUCCESS) {
+      return report_error({fj_context_last_error(context)});
+    }
+    const char* name = nullptr;
+    fj_kernel_name(kernel, &name);
+    fmt::print("{}\n", name);
+    fj_kernel_destroy(kernel);
+  }
+  const size_t failed = static_cast<size_t>(
+      std::count_if(statuses.begin(), statuses.end(), [](fj_status s) { return s != FJ_SUCCESS; }));
+  fmt::print(stderr, "{} kernels in {:.2f} s: {} compiled, {} from the disk cache, {} failed\n",
+             descs.size(), seconds, context->cache.compile_count(), context->cache.disk_hit_count(),
+             failed);
+  if (status != FJ_SUCCESS) return report_error({fj_context_last_error(context)});
+  return 0;
+}
+
+int command_compile(const std::string& path, const CompileOptions& options) {
+  if (options.all != options.kernel.mask.empty()) {
+    return report_error({"compile: give --mask M, or --all for every mask of the file"});
+  }
+  if (options.all && (options.ptx || options.sass || options.resources)) {
+    return report_error({"compile: --ptx, --sass and --resources inspect one kernel: use --mask"});
+  }
+  return options.all ? command_compile_all(path, options) : command_compile_one(path, options);
+}
+
+std::string human_bytes(uint64_t bytes) {
+  if (bytes >= (uint64_t{1} << 30)) return fmt::format("{:.1f} GiB", bytes / 1073741824.0);
+  if (bytes >= (uint64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+  if (bytes >= 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  return fmt::format("{} B", bytes);
+}
+
+std::string human_age(std::filesystem::file_time_type when) {
+  const auto age = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::filesystem::file_time_type::clock::now() - when)
+                       .count();
+  if (age < 120) return fmt::format("{}s", std::max<int64_t>(age, 0));
+  if (age < 2 * 3600) return fmt::format("{}m", age / 60);
+  if (age < 2 * 86400) return fmt::format("{}h", age / 3600);
+  return fmt::format("{}d", age / 86400);
+}
+
+int64_t age_seconds(std::filesystem::file_time_type when) {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::filesystem::file_time_type::clock::now() - when)
+      .count();
+}
+
+// `flexjit cache ls|stats|clear`: the disk cache the environment names.
+int command_cache(const std::string& action, bool json) {
+  const auto disk = flexjit::DiskCache::from_environment();
+  if (!disk) return report_error({"no cache directory: set FLEXJIT_CACHE_DIR"});
+  const std::filesystem::path& dir = disk->config().directory;
+  if (action == "clear") {
+    const size_t removed = disk->clear();
+    fmt::print("{}: removed {} files\n", dir.string(), removed);
+    return 0;
+  }
+  const std::vector<flexjit::CacheFileInfo> entries = disk->list();
+  uint64_t bytes = 0;
+  uint64_t hits = 0;
+  for (const auto& entry : entries) {
+    bytes += entry.bytes;
+    hits += entry.hits;
+  }
+  if (action == "stats") {
+    if (json) {
+      fmt::print("{}\n", nlohmann::json{{"directory", dir.string()},
+                                        {"entries", entries.size()},
+                                        {"bytes", bytes},
+                                        {"max_bytes", disk->config().max_bytes},
+                                        {"hits", hits},
+                                        {"format_version", flexjit::kCacheFormatVersion}}
+                             .dump(2));
+      return 0;
+    }
+    fmt::print("directory       {}\n", dir.string());
+    fmt::print("entries         {}\n", entries.size());
+    fmt::print("size            {} of {} ({:.1f}%)\n", human_bytes(bytes),
+               human_bytes(disk->config().max_bytes), 100.0 * bytes / disk->config().max_bytes);
+    fmt::print("disk hits       {}\n", hits);
+    fmt::print("format version  {}\n", flexjit::kCacheFormatVersion);
+    return 0;
+  }
+  if (json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& entry : entries) {
+      list.push_back({{"name", entry.name},
+                      {"key", entry.key},
+                      {"path", entry.path.string()},
+                      {"bytes", entry.bytes},
+                      {"age_seconds", age_seconds(entry.written)},
+                      {"last_used_seconds", age_seconds(entry.last_used)},
+                      {"hits", entry.hits}});
+    }
+    fmt::print("{}\n", list.dump(2));
+    return 0;
+  }
+  fmt::print("{:<48} {:<10} {:>10} {:>6} {:>9} {:>6}\n", "NAME", "KEY", "SIZE", "AGE", "LAST USE",
+             "HITS");
+  for (const auto& entry : entries) {
+    fmt::print("{:<48} {:<10} {:>10} {:>6} {:>9} {:>6}\n", entry.name, entry.key.substr(0, 8),
+               human_bytes(entry.bytes), human_age(entry.written), human_age(entry.last_used),
+               entry.hits);
+  }
+  fmt::print("{} entries, {} in {}\n", entries.size(), human_bytes(bytes), dir.string());
   return 0;
 }
 
@@ -371,13 +766,50 @@ int main(int argc, char** argv) {
   add_kernel_options(emit, emit_options);
   emit->add_option("--arch", emit_options.arch, "target architecture (sm_80, sm_90a, ...)");
 
-  KernelOptions compile_options;
-  compile_options.arch.clear();
-  CLI::App* compile = app.add_subcommand("compile", "compile a kernel with NVRTC");
+  CompileOptions compile_options;
+  compile_options.kernel.arch.clear();
+  CLI::App* compile = app.add_subcommand(
+      "compile", "compile kernels with NVRTC (through the disk cache) and inspect them");
   compile->add_option("file", path, "mask file")->required();
-  add_kernel_options(compile, compile_options);
-  compile->add_option("--arch", compile_options.arch,
+  compile->add_option("--mask", compile_options.kernel.mask, "mask to compile");
+  compile->add_option("--head-dim", compile_options.kernel.head_dim, "head dimension")
+      ->check(CLI::IsMember({64, 128}));
+  compile->add_option("--dtype", compile_options.kernel.dtype, "q/k/v/out element type")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
+  compile->add_option("--page-size", compile_options.kernel.page_size, "tokens per KV-cache block");
+  compile->add_option("--arch", compile_options.kernel.arch,
                       "target architecture (sm_80, sm_90a, ...); default: the current GPU's");
+  compile->add_flag("--all", compile_options.all,
+                    "every mask of the file x --head-dims x --dtypes x --page-sizes, in parallel");
+  compile
+      ->add_option("--head-dims", compile_options.head_dims, "with --all: head dims, e.g. 64,128")
+      ->capture_default_str();
+  compile->add_option("--dtypes", compile_options.dtypes, "with --all: dtypes, e.g. bf16,fp16")
+      ->capture_default_str();
+  compile
+      ->add_option("--page-sizes", compile_options.page_sizes, "with --all: page sizes, e.g. 16,32")
+      ->capture_default_str();
+  compile
+      ->add_option("--jobs,-j", compile_options.jobs,
+                   "with --all: compile threads (0: one per hardware thread)")
+      ->check(CLI::NonNegativeNumber);
+  compile->add_flag("--ptx", compile_options.ptx, "print the PTX (for the virtual architecture)");
+  compile->add_flag("--sass", compile_options.sass,
+                    "print the SASS (needs cuobjdump or nvdisasm from the CUDA toolkit)");
+  compile->add_flag("--resources", compile_options.resources,
+                    "registers, shared memory, spills and stack, from ptxas's report");
+  compile->add_flag("--json", compile_options.json, "with --resources: print JSON");
+
+  std::string cache_action;
+  bool cache_json = false;
+  CLI::App* cache = app.add_subcommand(
+      "cache",
+      "the disk kernel cache ($FLEXJIT_CACHE_DIR, else $XDG_CACHE_HOME/flexjit, else "
+      "~/.cache/flexjit): ls, stats, clear");
+  cache->add_option("action", cache_action, "ls | stats | clear")
+      ->required()
+      ->check(CLI::IsMember({"ls", "stats", "clear"}));
+  cache->add_flag("--json", cache_json, "ls, stats: print JSON");
 
   HintOptions hint_options;
   CLI::App* hints = app.add_subcommand("hints", "draw the tile classes of a mask");
@@ -414,6 +846,7 @@ int main(int argc, char** argv) {
   if (*ir) return command_ir(path, ir_mask);
   if (*emit) return command_emit(path, emit_options);
   if (*compile) return command_compile(path, compile_options);
+  if (*cache) return command_cache(cache_action, cache_json);
   if (*hints) return command_hints(path, hint_options);
   if (*run) return command_run(path, run_options);
   return 2;

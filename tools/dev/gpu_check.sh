@@ -29,6 +29,11 @@ if [ -x "$sanitizer" ]; then
     echo "memcheck $mask: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/sanitizer_$mask.log")"
     [ "$rc" = 0 ] || status=1
   done
+  "$sanitizer" --tool memcheck --error-exitcode 9 $bin/flexjit_tests_gpu \
+    "encoder path*,KV-cache write*,merge_states*" >"$out/sanitizer_ops.log" 2>&1
+  rc=$?
+  echo "memcheck encoder/kv write/merge tests: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/sanitizer_ops.log" | tail -1)"
+  [ "$rc" = 0 ] || status=1
 else
   echo "compute-sanitizer not found"
 fi

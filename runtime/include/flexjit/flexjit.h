@@ -93,13 +93,15 @@ FJ_API fj_status fj_program_param_count(const fj_program* program, int32_t* coun
 typedef struct fj_kernel_desc {
   uint32_t struct_size; /* sizeof(fj_kernel_desc) */
   const char* mask;     /* name of a mask of the program */
-  int32_t head_dim;     /* 64 or 128 */
+  int32_t head_dim;     /* 64, 80, 96, 128 or 256 */
   fj_dtype dtype;       /* of q, out, and the K/V cache */
-  int32_t page_size;    /* tokens per KV-cache block: a multiple of 16, at most 1024 */
+  int32_t page_size;    /* tokens per KV-cache block: a multiple of 16, at most 1024, for
+                           fj_paged_attention; 0 for the contiguous-KV (encoder) kernel of
+                           fj_varlen_attention */
   const char* arch;     /* "sm_80", "sm_90a", ...; null: the current CUDA device's */
 } fj_kernel_desc;
 
-/* Generates and compiles (or fetches from the context's cache) the paged attention kernel for
+/* Generates and compiles (or fetches from the context's cache) the attention kernel for
  * `desc`. Errors: FJ_ERROR_INVALID_ARGUMENT, FJ_ERROR_NOT_FOUND (unknown mask),
  * FJ_ERROR_UNSUPPORTED, FJ_ERROR_COMPILE, FJ_ERROR_CUDA (arch null and no usable device). */
 FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program,
@@ -164,6 +166,146 @@ typedef struct fj_paged_attention_args {
  * (null pointers, shapes, strides, alignment, parameter count), FJ_ERROR_CUDA. */
 FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_args* args,
                                     void* stream);
+
+/* One attention call over contiguous, packed K/V without a cache: the encoder case
+ * (DESIGN.md §3). q, k, v and out are [num_tokens, heads, head_dim] at their strides (k and v
+ * with num_kv_heads heads); sequence s owns rows [cu_seqlens[s], cu_seqlens[s+1]) of all four,
+ * and positions are 0-based within it (q = row - cu_seqlens[s], kv likewise). Pointers are
+ * device pointers, 16-byte aligned, strides multiples of 8 elements. The kernel must have been
+ * created with page_size 0. lse as in fj_paged_attention. */
+typedef struct fj_varlen_attention_args {
+  uint32_t struct_size; /* sizeof(fj_varlen_attention_args) */
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  const int32_t* cu_seqlens; /* [num_seqs + 1], device */
+  float* lse;                /* may be null */
+
+  int32_t num_tokens;
+  int32_t num_seqs;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t max_seq_len; /* host copy: the largest cu_seqlens[s+1] - cu_seqlens[s] */
+
+  int64_t q_stride_token, q_stride_head;
+  int64_t k_stride_token, k_stride_head;
+  int64_t v_stride_token, v_stride_head;
+  int64_t out_stride_token, out_stride_head;
+  int64_t lse_stride_token;
+
+  float scale; /* 0 means 1 / sqrt(head_dim) */
+
+  const int32_t* params; /* host array, by slot */
+  int32_t num_params;
+} fj_varlen_attention_args;
+
+/* Enqueues an encoder kernel (page_size 0) on `stream`. Errors as fj_paged_attention, and
+ * FJ_ERROR_INVALID_ARGUMENT for a paged kernel. */
+FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attention_args* args,
+                                     void* stream);
+
+/* Writes new tokens' keys and values into a paged cache: row t goes to slot slot_mapping[t] =
+ * block * page_size + offset. A negative slot (vLLM pads with -1) or one at or past
+ * num_blocks * page_size is skipped. key/value: [num_tokens, num_kv_heads, head_dim] at their
+ * strides; caches as in fj_paged_attention. 16-bit elements (bf16 or fp16: a copy). */
+typedef struct fj_kv_cache_write_args {
+  uint32_t struct_size; /* sizeof(fj_kv_cache_write_args) */
+  const void* key;
+  const void* value;
+  void* k_cache;
+  void* v_cache;
+  const int64_t* slot_mapping; /* [num_tokens], device */
+
+  int32_t num_tokens;
+  int32_t num_kv_heads;
+  int32_t head_dim;  /* a multiple of 8 */
+  int32_t page_size; /* > 0 */
+  int64_t num_blocks;
+
+  int64_t key_stride_token, key_stride_head;
+  int64_t value_stride_token, value_stride_head;
+  int64_t k_stride_block, k_stride_slot, k_stride_head;
+  int64_t v_stride_block, v_stride_slot, v_stride_head;
+} fj_kv_cache_write_args;
+
+/* Enqueues the cache write on `stream`, compiling its kernel for the current device on first
+ * use. Errors: FJ_ERROR_INVALID_ARGUMENT, FJ_ERROR_COMPILE, FJ_ERROR_CUDA. */
+FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_args* args,
+                                   void* stream);
+
+/* Merges two partial attentions over disjoint key sets by their LSE (cascade attention,
+ * context parallelism): per (token, head) row, out = (e^(lse_a - m) out_a + e^(lse_b - m) out_b)
+ * / (e^(lse_a - m) + e^(lse_b - m)) with m = max(lse_a, lse_b), and lse = log of the summed
+ * exponentials. Rows empty on both sides (both lse -inf) give 0 and -inf. out may alias out_a
+ * or out_b; lse (optional) must not alias lse_a or lse_b. */
+typedef struct fj_merge_states_args {
+  uint32_t struct_size; /* sizeof(fj_merge_states_args) */
+  fj_dtype dtype;       /* of out_a, out_b, out */
+  const void* out_a;
+  const float* lse_a;
+  const void* out_b;
+  const float* lse_b;
+  void* out;
+  float* lse; /* may be null */
+
+  int32_t num_tokens;
+  int32_t num_heads;
+  int32_t head_dim; /* a multiple of 8 */
+
+  int64_t out_a_stride_token, out_a_stride_head;
+  int64_t out_b_stride_token, out_b_stride_head;
+  int64_t out_stride_token, out_stride_head;
+  int64_t lse_a_stride_token, lse_b_stride_token, lse_stride_token;
+} fj_merge_states_args;
+
+/* Enqueues the merge on `stream`, compiling its kernel for the current device on first use.
+ * Errors: FJ_ERROR_INVALID_ARGUMENT, FJ_ERROR_UNSUPPORTED (dtype), FJ_ERROR_COMPILE,
+ * FJ_ERROR_CUDA. */
+FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args* args,
+                                 void* stream);
+
+/* ---- Compiling ahead and the kernel cache (DESIGN.md §6) ----------------------------------
+ *
+ * Compiled kernels are cached in memory per context and on disk, shared by every process of
+ * the user: in $FLEXJIT_CACHE_DIR, else $XDG_CACHE_HOME/flexjit, else ~/.cache/flexjit. An entry
+ * is keyed by a hash of everything that determines its code (generated source, templates, NVRTC
+ * version, architecture, options), so a stale or foreign entry is never loaded; a corrupt one is
+ * rebuilt. An unwritable directory makes the cache memory-only (one warning on stderr).
+ * Environment (read once per process): FLEXJIT_CACHE_DIR, FLEXJIT_CACHE_MAX_BYTES (size cap,
+ * default 1G; least recently used entries are evicted), FLEXJIT_ALWAYS_COMPILE (never read the
+ * disk cache), FLEXJIT_DUMP_DIR (write each generated source and compile log there),
+ * FLEXJIT_LOG (error|warn|info|debug, default warn). docs/cache.md has the details.
+ */
+
+/* Called by fj_precompile after each description is built (or failed): `done` of `total`
+ * finished, the last being descs[index] with `status`. Called from fj_precompile's threads,
+ * one call at a time, `done` increasing by one per call; it must not call fj_precompile. */
+typedef void (*fj_precompile_progress_fn)(void* user_data, size_t done, size_t total, size_t index,
+                                          fj_status status);
+
+typedef struct fj_precompile_options {
+  uint32_t struct_size; /* sizeof(fj_precompile_options) */
+  int32_t num_threads;  /* compile threads: 0 = one per hardware thread; never more than count */
+  fj_precompile_progress_fn progress; /* may be null */
+  void* progress_user_data;           /* passed to progress as is */
+} fj_precompile_options;
+
+/* Builds the kernel of every description, in parallel, as fj_kernel_create would (same checks,
+ * same caches): an engine calls it at load time so that its later fj_kernel_create calls are
+ * cache hits. Every description is attempted, whatever the others do.
+ *   descs:    `count` descriptions (null when count is 0)
+ *   options:  may be null: every hardware thread, no progress
+ *   statuses: null, or `count` entries that receive each description's status (FJ_SUCCESS or
+ *             what fj_kernel_create would return for it); filled whenever the arguments are valid
+ * Returns FJ_SUCCESS when every description built; otherwise the status of the failed
+ * description with the lowest index, and the last error holds the number of failures and that
+ * description's message (kernel name, NVRTC log, where the source was written). Thread-safe.
+ * Errors: FJ_ERROR_INVALID_ARGUMENT (null context or program, null descs with count > 0,
+ * options->struct_size too small, negative num_threads), and the statuses of fj_kernel_create. */
+FJ_API fj_status fj_precompile(fj_context* context, const fj_program* program,
+                               const fj_kernel_desc* descs, size_t count,
+                               const fj_precompile_options* options, fj_status* statuses);
 
 #ifdef __cplusplus
 } /* extern "C" */

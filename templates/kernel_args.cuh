@@ -1,0 +1,91 @@
+// Arguments of every kernel, each passed by value as the kernel's only parameter, and the
+// launch shapes the host needs. Included by the kernels (NVRTC) and by the host launchers (g++),
+// so each layout is written once. Only fixed-width scalars and pointers: both compilers lay the
+// structs out identically.
+#pragma once
+
+#include "fj_ops.cuh"
+
+namespace fj {
+
+// Tile shape of the paged prefill kernel: one CTA of four warps computes kPrefillBlockM packed
+// query rows (16 per warp) against K/V tiles of kPrefillBlockN keys.
+constexpr int kPrefillBlockM = 64;
+constexpr int kPrefillBlockN = 64;
+constexpr int kPrefillThreads = 128;
+
+// Shared memory: Q, K and V tiles of 16-bit elements, rows padded by 16 bytes so that
+// ldmatrix's eight row addresses fall in different banks.
+FJ_HD constexpr int prefill_smem_row_elems(int head_dim) {
+  return head_dim + 8;
+}
+FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim) {
+  return 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
+}
+
+struct PagedPrefillArgs {
+  const void* q;               // [num_tokens, num_heads, head_dim], head_dim contiguous
+  void* out;                   // same shape as q
+  const void* k_cache;         // paged: element (block, slot, kv_head, d) at the strides below;
+  const void* v_cache;         // contiguous: row (token) at *_stride_slot, *_stride_block unused
+  const i32* query_start_loc;  // [num_reqs + 1]
+  const i32* seq_lens;         // [num_reqs], keys of each request (new tokens included); paged
+  const i32* block_table;      // [num_reqs][block_table_stride]; paged
+  float* lse;                  // optional [num_tokens, num_heads] natural-log LSE, or null
+
+  i64 q_stride_token, q_stride_head;  // in elements
+  i64 out_stride_token, out_stride_head;
+  i64 k_stride_block, k_stride_slot, k_stride_head;
+  i64 v_stride_block, v_stride_slot, v_stride_head;
+  i64 block_table_stride;
+  i64 lse_stride_token;  // lse[token * lse_stride_token + head]
+
+  i32 num_reqs;
+  i32 num_heads;
+  i32 num_kv_heads;
+  i32 max_blocks_per_req;  // keys at or past max_blocks_per_req * page size are never read
+  float scale;             // softmax scale applied to q·k before score_mod
+
+  MaskParams params;
+};
+
+// KV-cache write: see kv_cache_write.cuh.
+struct KvCacheWriteArgs {
+  const void* key;    // [num_tokens, num_kv_heads, head_dim] at key_stride_*
+  const void* value;  // same shape, at value_stride_*
+  void* k_cache;      // element (block, slot, kv_head, d) at k_stride_*
+  void* v_cache;
+  const i64* slot_mapping;  // [num_tokens]
+  i64 key_stride_token, key_stride_head;
+  i64 value_stride_token, value_stride_head;
+  i64 k_stride_block, k_stride_slot, k_stride_head;
+  i64 v_stride_block, v_stride_slot, v_stride_head;
+  i64 num_slots;  // num_blocks * page_size
+  i32 num_tokens;
+  i32 num_kv_heads;
+  i32 head_dim;  // a multiple of 8
+  i32 page_size;
+};
+
+constexpr int kKvCacheWriteThreads = 256;
+
+// merge_states: see merge_states.cuh.
+struct MergeStatesArgs {
+  const void* out_a;   // [num_tokens, num_heads, head_dim] at *_stride_token / *_stride_head
+  const float* lse_a;  // [num_tokens, num_heads] at lse_a_stride_token, natural log
+  const void* out_b;
+  const float* lse_b;
+  void* out;   // may alias out_a or out_b
+  float* lse;  // optional
+  i64 out_a_stride_token, out_a_stride_head;
+  i64 out_b_stride_token, out_b_stride_head;
+  i64 out_stride_token, out_stride_head;
+  i64 lse_a_stride_token, lse_b_stride_token, lse_stride_token;
+  i32 num_tokens;
+  i32 num_heads;
+  i32 head_dim;  // a multiple of 8
+};
+
+constexpr int kMergeStatesThreads = 256;
+
+}  // namespace fj
