@@ -38,6 +38,9 @@ else
   echo "compute-sanitizer not found"
 fi
 
+echo "== compile speed (cold, disk hit from a new process, memory hit)"
+$bin/flexjit_bench_compile --cli $bin/flexjit --mask-file $masks 2>&1 | tee "$out/compile_bench.md"
+
 echo "== flexjit run"
 table=""
 for mask in causal sliding; do

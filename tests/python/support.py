@@ -1,0 +1,58 @@
+"""Shared helpers of the Python tests: paths, and stand-ins for device arrays."""
+
+import pathlib
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "python"))
+sys.path.insert(0, str(REPO / "tools" / "bench"))
+
+from flexjit._arrays import contiguous_strides  # noqa: E402
+
+_ITEMSIZE = {"<f2": 2, "<f4": 4, "<i4": 4}
+
+
+class CudaArray:
+    """An object exposing __cuda_array_interface__ (no memory behind it)."""
+
+    def __init__(self, shape, typestr="<f2", strides=None, ptr=0x7F0000000000):
+        self.shape, self.typestr, self.ptr = tuple(shape), typestr, ptr
+        self.strides = tuple(strides) if strides is not None else contiguous_strides(shape)
+
+    @property
+    def __cuda_array_interface__(self):
+        item = _ITEMSIZE[self.typestr]
+        return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, False),
+                "strides": tuple(s * item for s in self.strides), "version": 3}
+
+    def view(self, index, dim=1):
+        """Like tensor.select(dim, index): drops dimension `dim`."""
+        item = _ITEMSIZE[self.typestr]
+        return CudaArray(self.shape[:dim] + self.shape[dim + 1:], self.typestr,
+                         self.strides[:dim] + self.strides[dim + 1:],
+                         self.ptr + index * self.strides[dim] * item)
+
+
+class _Device:
+    def __init__(self, index):
+        self.index = index
+
+
+class FakeTensor:
+    """Quacks like a torch.Tensor for flexjit._arrays (type module starts with 'torch')."""
+
+    def __init__(self, shape, dtype="torch.bfloat16", strides=None, ptr=0x7F0000000000,
+                 device=0):
+        self.shape, self.dtype, self._ptr = tuple(shape), dtype, ptr
+        self._strides = tuple(strides) if strides is not None else contiguous_strides(shape)
+        self.is_cuda = device is not None
+        self.device = _Device(device)
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
+
+
+FakeTensor.__module__ = "torch.fake"

@@ -1,0 +1,105 @@
+"""Stride derivation and argument checks of flexjit._arrays on stand-in arrays."""
+
+import unittest
+
+from support import CudaArray, FakeTensor
+
+from flexjit._arrays import describe, paged_fields
+
+
+def call(**changes):
+    arrays = dict(q=CudaArray((5, 4, 64)), out=CudaArray((5, 4, 64)),
+                  k_cache=CudaArray((6, 16, 2, 64)), v_cache=CudaArray((6, 16, 2, 64)),
+                  block_table=CudaArray((2, 3), "<i4"), query_start_loc=CudaArray((3,), "<i4"),
+                  seq_lens=CudaArray((2,), "<i4"))
+    arrays.update(changes)
+    options = {k: arrays.pop(k) for k in ("kv_layout", "lse") if k in arrays}
+    return paged_fields(head_dim=64, page_size=16, dtype="fp16",
+                        **{k: describe(v, k) for k, v in arrays.items()},
+                        **{k: (describe(v, k) if k == "lse" else v) for k, v in options.items()})
+
+
+class StridesTest(unittest.TestCase):
+    def test_contiguous_nhd(self):
+        f = call()
+        self.assertEqual((f["num_tokens"], f["num_heads"], f["num_kv_heads"], f["num_reqs"],
+                          f["max_blocks_per_req"]), (5, 4, 2, 2, 3))
+        self.assertEqual((f["q_stride_token"], f["q_stride_head"]), (256, 64))
+        self.assertEqual((f["k_stride_block"], f["k_stride_slot"], f["k_stride_head"]),
+                         (16 * 2 * 64, 2 * 64, 64))
+        self.assertEqual((f["lse"], f["block_table_stride"]), (0, 3))
+
+    def test_hnd_and_joint_views(self):
+        joint = CudaArray((6, 2, 2, 16, 64))  # [blocks, 2, H_kv, page, D]
+        f = call(k_cache=joint.view(0), v_cache=joint.view(1), kv_layout="HND")
+        self.assertEqual((f["k_stride_block"], f["k_stride_slot"], f["k_stride_head"]),
+                         (2 * 2 * 16 * 64, 64, 16 * 64))
+        self.assertEqual(f["v_cache"] - f["k_cache"], 2 * 16 * 64 * 2)  # bytes
+        self.assertEqual(f["num_kv_heads"], 2)
+
+    def test_vllm_leading_two(self):
+        joint = CudaArray((2, 6, 16, 2, 64))  # [2, blocks, page, H_kv, D]
+        f = call(k_cache=joint.view(0, dim=0), v_cache=joint.view(1, dim=0))
+        self.assertEqual(f["k_stride_block"], 16 * 2 * 64)
+        self.assertEqual(f["v_cache"] - f["k_cache"], 6 * 16 * 2 * 64 * 2)
+
+    def test_padded_rows_and_lse(self):
+        q = CudaArray((5, 4, 64), strides=(4 * 72, 72, 1))
+        f = call(q=q, lse=CudaArray((5, 4), "<f4", strides=(8, 1)))
+        self.assertEqual((f["q_stride_token"], f["q_stride_head"], f["lse_stride_token"]),
+                         (288, 72, 8))
+
+    def test_rejections(self):
+        cases = [
+            (dict(q=CudaArray((5, 4, 64), strides=(1, 5, 20))), "last dimension must be "
+             "contiguous"),
+            (dict(q=CudaArray((5, 4, 64), "<f4")), "q: dtype fp32, expected fp16"),
+            (dict(q=CudaArray((5, 4, 128)), out=CudaArray((5, 4, 128))), "head_dim 128"),
+            (dict(k_cache=CudaArray((6, 32, 2, 64)), v_cache=CudaArray((6, 32, 2, 64))),
+             "page size 32"),
+            (dict(v_cache=CudaArray((7, 16, 2, 64))), "differs from k_cache"),
+            (dict(out=CudaArray((5, 4, 64, 1))), "expected 3 dimensions"),
+            (dict(seq_lens=CudaArray((2,), "<f4")), "seq_lens: dtype fp32, expected int32"),
+            (dict(query_start_loc=CudaArray((2,), "<i4")), "expected num_reqs + 1 = 3"),
+            (dict(block_table=CudaArray((3, 3), "<i4")), "expected num_reqs = 2"),
+            (dict(lse=CudaArray((5, 3), "<f4")), "lse: shape (5, 3)"),
+            (dict(kv_layout="NDH"), "kv_layout"),
+        ]
+        for changes, message in cases:
+            with self.subTest(message=message):
+                with self.assertRaises(ValueError) as caught:
+                    call(**changes)
+                self.assertIn(message, str(caught.exception))
+
+    def test_devices(self):
+        meta = dict(block_table=FakeTensor((2, 3), "torch.int32"),
+                    query_start_loc=FakeTensor((3,), "torch.int32"),
+                    seq_lens=FakeTensor((2,), "torch.int32"))
+        tensors = dict(q=FakeTensor((5, 4, 64), "torch.float16"),
+                       out=FakeTensor((5, 4, 64), "torch.float16"),
+                       k_cache=FakeTensor((6, 16, 2, 64), "torch.float16", device=1),
+                       v_cache=FakeTensor((6, 16, 2, 64), "torch.float16"), **meta)
+        with self.assertRaisesRegex(ValueError, "different CUDA devices"):
+            paged_fields(head_dim=64, page_size=16, dtype="fp16",
+                         **{k: describe(v, k) for k, v in tensors.items()})
+        tensors["k_cache"] = FakeTensor((6, 16, 2, 64), "torch.float16", device=None)
+        with self.assertRaisesRegex(ValueError, "k_cache: not a CUDA device array"):
+            paged_fields(head_dim=64, page_size=16, dtype="fp16",
+                         **{k: describe(v, k) for k, v in tensors.items()})
+
+    def test_describe(self):
+        with self.assertRaisesRegex(TypeError, "__cuda_array_interface__"):
+            describe([1, 2], "q")
+        a = describe(CudaArray((3, 4), "<f2", strides=(8, 1)), "x")
+        self.assertEqual((a.shape, a.strides, a.dtype, a.device_index), ((3, 4), (8, 1), "fp16",
+                                                                         None))
+        interface = {"shape": (2, 3), "typestr": "<f2", "data": (16, False), "strides": None,
+                     "version": 3}
+        holder = type("Holder", (), {"__cuda_array_interface__": interface})()
+        self.assertEqual(describe(holder, "y").strides, (3, 1))
+        t = describe(FakeTensor((2, 3), "torch.bfloat16", device=2), "t")
+        self.assertEqual((t.dtype, t.device_index, t.strides), ("bf16", 2, (3, 1)))
+
+
+if __name__ == "__main__":
+    unittest.main()

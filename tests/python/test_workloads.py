@@ -1,0 +1,154 @@
+"""The benchmark's pure logic (tools/bench/workloads.py): workloads, visible-pair counts,
+block tables, sampling, tables."""
+
+import dataclasses
+import itertools
+import random
+import unittest
+
+import support  # noqa: F401  (sets sys.path)
+import workloads as W
+
+
+def small(mask, requests, **params):
+    return W.Workload(name=f"t_{mask}", kind="prefill", flexjit_mask=mask, mask=mask, score=None,
+                      requests=tuple(requests), params=params)
+
+
+class VisiblePairsTest(unittest.TestCase):
+    def test_closed_forms_match_brute_force(self):
+        rng = random.Random(7)
+        shapes = [[(40, 40)], [(1, 37)], [(5, 50), (13, 13), (1, 1)], [(16, 70), (70, 70)]]
+        for requests, trial in itertools.product(shapes, range(4)):
+            n = len(requests)
+            window = rng.choice([1, 3, 16, 100])
+            prefix = [rng.choice([0, 1, 9, 40, 200]) for _ in range(n)]
+            docs = [W.document_ids(W.document_lengths(s, 1, 9, seed=rng.random()))
+                    for _, s in requests]
+            cases = [small("causal", requests), small("sliding", requests, window=window),
+                     small("prefix_lm", requests, prefix_len=prefix),
+                     small("rswa", requests, prefix_len=prefix, window=window),
+                     small("document", requests, doc=docs)]
+            for w in cases:
+                with self.subTest(mask=w.mask, requests=requests, trial=trial):
+                    self.assertEqual(W.visible_pairs(w), W.brute_force_pairs(w))
+
+    def test_known_values(self):
+        self.assertEqual(W.visible_pairs(small("causal", [(8192, 8192)])), 8192 * 8193 // 2)
+        self.assertEqual(W.visible_pairs(small("causal", [(1, 4096)] * 64)), 64 * 4096)
+        w = small("sliding", [(10, 10)], window=3)
+        self.assertEqual(W.visible_pairs(w), 1 + 2 + 3 * 8)
+
+    def test_flops_and_bytes(self):
+        w = dataclasses.replace(small("causal", [(1, 4096)] * 64))
+        self.assertEqual(W.flops(w, 10), 4 * 128 * 32 * 10)
+        self.assertEqual(W.kv_bytes(w), 2 * 64 * 4096 * 8 * 128 * 2)
+
+
+class WorkloadTableTest(unittest.TestCase):
+    def test_issue_7_workloads(self):
+        ws = {w.name: w for w in W.workloads()}
+        self.assertEqual(len(ws), len(W.workloads()), "names are unique")
+        for name in ("prefill_causal_16k", "prefill_sliding1024_8k", "prefill_prefix_lm_16k",
+                     "prefill_rswa_8k", "prefill_document_16k", "prefill_causal+softcap_8k",
+                     "prefill_causal+alibi_16k", "decode_b64_4k", "decode_b64_16k",
+                     "prefill_causal_8k_hd64", "prefill_causal_8k_hd256"):
+            self.assertIn(name, ws)
+        self.assertEqual(ws["prefill_prefix_lm_16k"].params["prefix_len"], [4096])
+        self.assertEqual(ws["decode_b64_16k"].page_sizes, (16,))
+        self.assertEqual(ws["decode_b64_16k"].sdpa, "full")
+        self.assertEqual(ws["prefill_causal_8k"].sdpa, "causal")
+        self.assertIsNone(ws["prefill_sliding1024_8k"].sdpa)
+        self.assertIsNone(ws["prefill_causal+softcap_8k"].sdpa)
+        mixed = ws["mixed_4x2k_chunks+60_decodes"]
+        self.assertFalse(mixed.uniform)
+        self.assertIsNone(mixed.sdpa)
+        self.assertEqual(sum(1 for q, _ in mixed.requests if q == 1), 60)
+        lengths = [sum(1 for _ in group) for _, group in
+                   itertools.groupby(ws["prefill_document_8k"].params["doc"][0])]
+        self.assertEqual(sum(lengths), 8192)
+        self.assertTrue(all(512 <= n <= 2048 for n in lengths[:-1]))
+        for w in ws.values():
+            self.assertIn(w.mask, W.MASKS)
+            self.assertTrue(w.score is None or w.score in W.SCORES)
+
+    def test_select(self):
+        ws = W.workloads()
+        self.assertLess(len(W.select(ws, quick=True)), len(ws))
+        self.assertEqual([w.name for w in W.select(ws, only="prefill_causal_8k")],
+                         ["prefill_causal_8k"])
+        self.assertEqual({w.name for w in W.select(ws, only="decode_b64")},
+                         {"decode_b64_4k", "decode_b64_16k"})
+        self.assertEqual(W.select(ws, only="nothing"), [])
+
+
+class LayoutTest(unittest.TestCase):
+    def test_block_table(self):
+        seq_lens = [33, 16, 1, 0]
+        rows, num_blocks = W.block_table(seq_lens, 16, seed=3)
+        self.assertEqual(num_blocks, 3 + 1 + 1)
+        used = [b for row, s in zip(rows, seq_lens) for b in row[:-(-s // 16)]]
+        self.assertEqual(sorted(used), list(range(num_blocks)))
+        self.assertTrue(all(len(row) == 3 for row in rows))
+        shuffled, _ = W.block_table([1600] * 4, 16, seed=1)
+        self.assertNotEqual([b for row in shuffled for b in row], list(range(400)))
+
+    def test_query_start_loc_and_positions(self):
+        w = small("causal", [(3, 10), (1, 5)])
+        self.assertEqual(W.query_start_loc(w), [0, 3, 4])
+        self.assertEqual(list(W.query_positions(3, 10)), [7, 8, 9])
+
+    def test_sample_rows(self):
+        w = small("causal", [(2048, 4096)] * 4 + [(1, 4096)] * 60)
+        rows = W.sample_rows(w, 100)
+        self.assertLessEqual(len(rows), 100)
+        self.assertEqual(rows, sorted(set(rows)))
+        self.assertTrue(all(0 <= t < w.requests[r][0] for r, t in rows))
+        self.assertIn((0, 2047), rows)
+        self.assertIn((63, 0), rows)
+        big = W.sample_rows(small("causal", [(16384, 16384)]), 256)
+        self.assertGreater(len(big), 200)
+        self.assertIn((0, 16383), big)
+
+    def test_rotation_copies(self):
+        self.assertEqual(W.rotation_copies(1 << 30, 50 << 20), 1)
+        self.assertEqual(W.rotation_copies(100 << 20, 50 << 20), 2)
+        self.assertEqual(W.rotation_copies(1 << 20, 50 << 20), 8)
+
+
+class TableTest(unittest.TestCase):
+    def test_ratios_and_table(self):
+        rows = [
+            {"workload": "a", "impl": "flexjit page 16", "layout": "paged 16", "ms": 2.0},
+            {"workload": "a", "impl": "flexjit page 64", "layout": "paged 64", "ms": 1.0},
+            {"workload": "a", "impl": "flex_attention", "layout": "contiguous", "ms": 1.5,
+             "tflops": 400.0, "gbps": 10.0, "err_ref": 3e-3},
+            {"workload": "b", "impl": "flexjit page 16", "ms": None,
+             "note": "n/a: no mask named `prefix_lm`"},
+            {"workload": "b", "impl": "flex_attention", "ms": 4.0},
+        ]
+        W.add_ratios(rows)
+        self.assertAlmostEqual(rows[2]["ratio"], 1.5)
+        self.assertNotIn("ratio", rows[4])
+        table = W.results_table(rows)
+        lines = table.splitlines()
+        self.assertEqual(len(lines), 2 + len(rows))
+        self.assertTrue(all(line.count(" | ") == 9 for line in lines if line[:2] == "| "))
+        self.assertIn("| 1.50 |", lines[4])
+        self.assertIn("3.0e-03", lines[4])
+        self.assertIn("n/a: no mask named `prefix_lm`", lines[5])
+
+    def test_report(self):
+        chosen = W.select(W.workloads(), quick=True)
+        meta = dict(date="2025-01-01 00:00 UTC", device="H100", commit="abc", torch="2.11",
+                    cuda="13.0", command="bench.py --quick", matmul_tflops=700.0,
+                    copy_gbps=3000.0)
+        text = W.report(meta, [], [{"workload": w.name} for w in chosen], chosen)
+        self.assertTrue(text.startswith("## 2025-01-01 00:00 UTC · H100"))
+        self.assertIn("bf16 matmul 700 TFLOP/s", text)
+        for w in chosen:
+            self.assertIn(f"| {w.name} |", text)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,563 @@
+#!/usr/bin/env python3
+"""flexjit against PyTorch FlexAttention and SDPA on the same GPU, same data, same run (issue 7).
+
+    PYTHONPATH=tools/python python3 tools/bench/bench.py [--quick] [--only NAME[,NAME]]
+        [--append-results bench/RESULTS.md] [--json PATH]
+
+Per workload (tools/bench/workloads.py): builds the inputs once; runs flexjit paged (page 16
+and 64, shuffled block table, joint K/V cache) and the peers on contiguous [B, H, S, D] copies
+of the same data; checks every output against an fp32 reference on sampled rows and against
+flex_attention's whole output; times each with CUDA events (median over many runs after
+warm-up, inputs rotated among copies so L2 does not flatter); prints one table last.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+import types
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tools" / "python"))
+
+import workloads as W  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import flexjit  # noqa: E402
+
+DTYPE = torch.bfloat16
+
+
+class NotAvailable(Exception):
+    """An implementation cannot run this workload (yet); the message says why."""
+
+
+def log(message):
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --- timing --------------------------------------------------------------------------------------
+
+def gpu_time_ms(fn, copies, quick):
+    """Median GPU time of fn(i) in ms, i cycling over `copies` input copies. Each run is timed
+    by its own pair of events; the GPU first sleeps while the host enqueues every run, so host
+    launch overhead is not counted (kernel time, as triton.testing.do_bench measures)."""
+    fn(0)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(3):
+        fn(i % copies)
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 3, 1e-3)
+    warmup = int(min(max(25 / estimate, 2), 50))
+    runs = int(min(max((60 if quick else 200) / estimate, 10), 30 if quick else 100))
+    for i in range(warmup):
+        fn(i % copies)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    if hasattr(torch.cuda, "_sleep") and estimate < 2:
+        torch.cuda._sleep(int(runs * 2e5))  # ~0.1 ms of host time per run at ~2 GHz
+    for i in range(runs):
+        starts[i].record()
+        fn(i % copies)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), runs
+
+
+def host_time_us(fn, calls):
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - t0) / 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def ceilings(quick):
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=DTYPE)
+    b = torch.randn(n, n, device="cuda", dtype=DTYPE)
+    c = torch.empty(n, n, device="cuda", dtype=DTYPE)
+    ms, _ = gpu_time_ms(lambda i: torch.matmul(a, b, out=c), 1, quick)
+    matmul = 2 * n ** 3 / ms / 1e9
+    del a, b, c
+    nbytes = 1 << 30
+    src = torch.empty(nbytes, device="cuda", dtype=torch.uint8).random_()
+    dst = torch.empty_like(src)
+    ms, _ = gpu_time_ms(lambda i: dst.copy_(src), 1, quick)
+    copy = 2 * nbytes / ms / 1e6
+    del src, dst
+    torch.cuda.empty_cache()
+    return matmul, copy
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+def torch_params(w, device):
+    """P (see workloads.py) over device tensors for mask_mod, score_mod and the reference."""
+    p = w.params
+    P = types.SimpleNamespace(window=p.get("window", 0), cap=W.SOFTCAP, tanh=torch.tanh)
+    prefix = torch.tensor(p.get("prefix_len", [0] * len(w.requests)), dtype=torch.int32,
+                          device=device)
+    doc = torch.tensor(p["doc"], dtype=torch.int32, device=device) if "doc" in p else None
+    slopes = torch.tensor(p["slopes"], dtype=torch.float32, device=device) \
+        if "slopes" in p else None
+    P.prefix_len = lambda b: prefix[b]
+    P.doc = lambda b, pos: doc[b, pos]
+    P.slope = lambda h: slopes[h]
+    return P
+
+
+class Inputs:
+    """One workload's data. Peers: q_p [B, H, Sq, D], k_p/v_p [B, Hkv, Skv, D] (B = requests
+    when all are alike, else one packed sequence). flexjit: q [tokens, H, D] and, per page
+    size, a joint paged cache [blocks, 2, page, Hkv, D] holding the same keys."""
+
+    def __init__(self, w, seed=0):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        H, Hkv, D = w.num_heads, w.num_kv_heads, w.head_dim
+        self.w = w
+        self.qsl = W.query_start_loc(w)
+        self.seq_lens = [s for _, s in w.requests]
+        self.kv_start = [0]
+        for s in self.seq_lens:
+            self.kv_start.append(self.kv_start[-1] + s)
+        if w.uniform:
+            (query_len, seq_len), B = w.requests[0], len(w.requests)
+            shape_q, shape_kv = (B, H, query_len, D), (B, Hkv, seq_len, D)
+        else:
+            shape_q, shape_kv = (1, H, self.qsl[-1], D), (1, Hkv, self.kv_start[-1], D)
+
+        def randn(shape):
+            return torch.randn(shape, generator=gen, device="cuda", dtype=DTYPE)
+
+        self.q_p, self.k_p, self.v_p = randn(shape_q), randn(shape_kv), randn(shape_kv)
+        self.q = self.q_p.transpose(1, 2).reshape(-1, H, D).contiguous()
+        self.P = torch_params(w, "cuda")
+        self.meta = {
+            "query_start_loc": torch.tensor(self.qsl, dtype=torch.int32, device="cuda"),
+            "seq_lens": torch.tensor(self.seq_lens, dtype=torch.int32, device="cuda"),
+        }
+        self.max_query_len = max(q for q, _ in w.requests)
+
+    def keys(self, tensor, r):
+        """[Hkv, seq_len, D] keys (or values) of request r in a peer tensor."""
+        if self.w.uniform:
+            return tensor[r]
+        return tensor[0, :, self.kv_start[r]:self.kv_start[r + 1]]
+
+    def queries(self, tensor, r, rows):
+        """[H, len(rows), D] query rows of request r in a peer-layout tensor."""
+        if self.w.uniform:
+            return tensor[r][:, rows]
+        return tensor[0][:, [self.qsl[r] + t for t in rows]]
+
+    def paged(self, page_size):
+        """(joint cache, block table) for page_size."""
+        w = self.w
+        rows, num_blocks = W.block_table(self.seq_lens, page_size, seed=page_size)
+        cache = torch.zeros((num_blocks, 2, page_size, w.num_kv_heads, w.head_dim),
+                            device="cuda", dtype=DTYPE)
+        for r, seq_len in enumerate(self.seq_lens):
+            n = -(-seq_len // page_size)
+            physical = torch.tensor(rows[r][:n], device="cuda", dtype=torch.long)
+            for which, tensor in ((0, self.k_p), (1, self.v_p)):
+                keys = self.keys(tensor, r).transpose(0, 1)  # [S, Hkv, D]
+                padded = torch.zeros((n * page_size,) + tuple(keys.shape[1:]), device="cuda",
+                                     dtype=DTYPE)
+                padded[:seq_len] = keys
+                cache[physical, which] = padded.view(n, page_size, *keys.shape[1:])
+        table = torch.tensor(rows, dtype=torch.int32, device="cuda")
+        return cache, table
+
+    def to_tokens(self, out_p):
+        """A peer output [B, H, S, D] as flexjit's [tokens, H, D]."""
+        return out_p.transpose(1, 2).reshape(-1, self.w.num_heads, self.w.head_dim)
+
+
+# --- the fp32 reference --------------------------------------------------------------------------
+
+def reference(inputs, rows_by_request):
+    """{request: [H, n, D] fp32} attention over the sampled query rows, from the peer tensors."""
+    w, P = inputs.w, inputs.P
+    mask_fn, score_fn = W.MASKS[w.mask], W.SCORES.get(w.score)
+    group = w.num_heads // w.num_kv_heads
+    scale = 1.0 / math.sqrt(w.head_dim)
+    result = {}
+    for r, rows in rows_by_request.items():
+        query_len, seq_len = w.requests[r]
+        q = inputs.queries(inputs.q_p, r, rows).float()
+        k = inputs.keys(inputs.k_p, r).float().repeat_interleave(group, 0)
+        v = inputs.keys(inputs.v_p, r).float().repeat_interleave(group, 0)
+        h = torch.arange(w.num_heads, device="cuda").view(-1, 1, 1)
+        qpos = torch.tensor([seq_len - query_len + t for t in rows], device="cuda").view(1, -1, 1)
+        kvpos = torch.arange(seq_len, device="cuda").view(1, 1, -1)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+        if score_fn is not None:
+            scores = score_fn(scores, r, h, qpos, kvpos, P)
+        visible = mask_fn(r, h, qpos, kvpos, P)
+        scores = scores.masked_fill(~visible, -math.inf)
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        result[r] = torch.matmul(probs, v)
+    return result
+
+
+def relative_error(out_rows, ref_rows):
+    worst, scale = 0.0, 0.0
+    for r, ref in ref_rows.items():
+        diff = (out_rows[r].float() - ref).abs().max().item()
+        worst = max(worst, diff if not math.isnan(diff) else math.inf)
+        scale = max(scale, ref.abs().max().item())
+    return worst / scale if scale else worst
+
+
+# --- implementations -----------------------------------------------------------------------------
+# Each make_* returns (fn(i) -> output of copy i, rows(output, r, rows) -> [H, n, D],
+# tokens(output) -> [tokens, H, D], extra dict) or raises NotAvailable.
+
+def make_flexjit(ctx, program, inputs, page_size, copies):
+    w = inputs.w
+    try:
+        kernel = ctx.kernel(program, w.flexjit_mask, head_dim=w.head_dim, dtype="bf16",
+                            page_size=page_size)
+    except flexjit.FlexjitError as error:
+        if error.status in (flexjit.Status.NOT_FOUND, flexjit.Status.UNSUPPORTED):
+            raise NotAvailable(error.message.strip().splitlines()[0]) from None
+        raise
+    try:
+        param_values = program.param_values(w.params)
+    except (TypeError, flexjit.FlexjitError) as error:
+        raise NotAvailable(f"parameters: {getattr(error, 'message', error)}") from None
+    del param_values
+    cache, table = inputs.paged(page_size)
+    launches = []
+    for i in range(copies):
+        q = inputs.q if i == 0 else inputs.q.clone()
+        kv = cache if i == 0 else cache.clone()
+        launches.append(kernel.prepare(q, kv[:, 0], kv[:, 1], table,
+                                       inputs.meta["query_start_loc"], inputs.meta["seq_lens"],
+                                       out=torch.empty_like(q),
+                                       max_query_len=inputs.max_query_len, params=w.params))
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def fn(i):
+        launches[i].launch(stream)
+        return launches[i].out
+
+    def rows(out, r, picked):
+        return out[[inputs.qsl[r] + t for t in picked]].transpose(0, 1)
+
+    def call():
+        kernel(inputs.q, cache[:, 0], cache[:, 1], table, inputs.meta["query_start_loc"],
+               inputs.meta["seq_lens"], out=launches[0].out, max_query_len=inputs.max_query_len,
+               params=w.params)
+
+    extra = {"kernel": kernel.name, "launch_us": host_time_us(lambda: launches[0].launch(stream),
+                                                               30),
+             "call_us": host_time_us(call, 30)}
+    return fn, rows, (lambda out: out), extra
+
+
+_flex_compiled = None
+
+
+def flex_peer_inputs(inputs, copies):
+    out = [(inputs.q_p, inputs.k_p, inputs.v_p)]
+    for _ in range(1, copies):
+        out.append((inputs.q_p.clone(), inputs.k_p.clone(), inputs.v_p.clone()))
+    return out
+
+
+def peer_rows(inputs):
+    def rows(out, r, picked):
+        return inputs.queries(out, r, picked)
+    return rows
+
+
+def flex_mods(inputs):
+    """mask_mod and score_mod of the workload over flex's indices: positions are logical
+    (queries end at the last key); a packed batch maps indices to (request, position)."""
+    w, P = inputs.w, inputs.P
+    mask_fn, score_fn = W.MASKS[w.mask], W.SCORES.get(w.score)
+    if w.uniform:
+        query_len, seq_len = w.requests[0]
+        offset = seq_len - query_len
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return mask_fn(b, h, q_idx + offset, kv_idx, P)
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score_fn(score, b, h, q_idx + offset, kv_idx, P)
+    else:
+        q_req = torch.tensor([r for r, (n, _) in enumerate(w.requests) for _ in range(n)],
+                             dtype=torch.int32, device="cuda")
+        q_pos = torch.tensor([p for n, s in w.requests for p in W.query_positions(n, s)],
+                             dtype=torch.int32, device="cuda")
+        kv_req = torch.tensor([r for r, (_, s) in enumerate(w.requests) for _ in range(s)],
+                              dtype=torch.int32, device="cuda")
+        kv_pos = torch.tensor([p for _, s in w.requests for p in range(s)], dtype=torch.int32,
+                              device="cuda")
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            r = q_req[q_idx]
+            return (kv_req[kv_idx] == r) & mask_fn(r, h, q_pos[q_idx], kv_pos[kv_idx], P)
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score_fn(score, q_req[q_idx], h, q_pos[q_idx], kv_pos[kv_idx], P)
+    return mask_mod, (score_mod if score_fn is not None else None)
+
+
+def make_flex(inputs, copies, quick):
+    import inspect
+
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    global _flex_compiled
+    if _flex_compiled is None:
+        _flex_compiled = torch.compile(flex_attention, dynamic=False)
+    mask_mod, score_mod = flex_mods(inputs)
+    q_len, kv_len = inputs.q_p.shape[2], inputs.k_p.shape[2]
+    options = {}
+    if "_compile" in inspect.signature(create_block_mask).parameters:
+        options["_compile"] = True
+
+    def build():
+        return create_block_mask(mask_mod, B=None, H=None, Q_LEN=q_len, KV_LEN=kv_len,
+                                 device="cuda", **options)
+
+    t0 = time.perf_counter()
+    block_mask = build()
+    torch.cuda.synchronize()
+    first_ms = (time.perf_counter() - t0) * 1e3
+    times = []
+    for _ in range(2 if quick else 5):
+        t0 = time.perf_counter()
+        block_mask = build()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    data = flex_peer_inputs(inputs, copies)
+
+    def fn(i):
+        q, k, v = data[i]
+        return _flex_compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                              enable_gqa=True)
+
+    t0 = time.perf_counter()
+    fn(0)
+    torch.cuda.synchronize()
+    extra = {"block_mask_ms": statistics.median(times), "block_mask_first_ms": first_ms,
+             "compile_s": time.perf_counter() - t0}
+    return fn, peer_rows(inputs), inputs.to_tokens, extra
+
+
+def make_sdpa(inputs, backend, copies):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    w = inputs.w
+    if w.sdpa is None:
+        raise NotAvailable("mask/score or ragged batch not expressible with SDPA's fast backends")
+    chosen = getattr(SDPBackend, backend)
+    causal = w.sdpa == "causal"
+    data = flex_peer_inputs(inputs, copies)
+
+    def gqa(i):
+        q, k, v = data[i]
+        with sdpa_kernel(chosen):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+    note = ""
+    try:
+        gqa(0)
+        fn = gqa
+    except RuntimeError as first:
+        group = w.num_heads // w.num_kv_heads
+        repeated = [(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1))
+                    for q, k, v in data]
+
+        def fn(i):
+            q, k, v = repeated[i]
+            with sdpa_kernel(chosen):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        try:
+            fn(0)
+        except RuntimeError as second:
+            raise NotAvailable(f"{backend}: {str(second).splitlines()[0]}") from None
+        note = f"K/V heads repeated (enable_gqa failed: {str(first).splitlines()[0][:80]})"
+    return fn, peer_rows(inputs), inputs.to_tokens, {"note": note}
+
+
+# --- one workload --------------------------------------------------------------------------------
+
+def run_workload(w, ctx, program, l2_bytes, quick):
+    log(f"{w.name}: building inputs")
+    inputs = Inputs(w)
+    pairs = W.visible_pairs(w)
+    flop, nbytes = W.flops(w, pairs), W.kv_bytes(w)
+    per_copy = sum(t.numel() * t.element_size() for t in (inputs.q_p, inputs.k_p, inputs.v_p))
+    copies = W.rotation_copies(per_copy, l2_bytes)
+    picked = W.sample_rows(w, 64 if quick else 256)
+    rows_by_request = {}
+    for r, t in picked:
+        rows_by_request.setdefault(r, []).append(t)
+    ref = reference(inputs, rows_by_request)
+
+    impls = [(f"flexjit page {p}", f"paged {p}, joint KV",
+              lambda p=p: make_flexjit(ctx, program, inputs, p, copies)) for p in w.page_sizes]
+    impls += [("flex_attention", "contiguous" + ("" if w.uniform else ", packed"),
+               lambda: make_flex(inputs, copies, quick))]
+    impls += [(f"sdpa {name}", "contiguous", lambda b=backend: make_sdpa(inputs, b, copies))
+              for name, backend in (("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"))]
+
+    results, outputs, meta = [], {}, {"workload": w.name}
+    for impl, layout, make in impls:
+        row = {"workload": w.name, "impl": impl, "layout": layout, "ms": None}
+        results.append(row)
+        try:
+            fn, rows_of, tokens_of, extra = make()
+            out = fn(0)
+            torch.cuda.synchronize()
+            row["err_ref"] = relative_error({r: rows_of(out, r, t)
+                                             for r, t in rows_by_request.items()}, ref)
+            outputs[impl] = tokens_of(out).clone()
+            if torch.isnan(outputs[impl]).any().item():
+                extra["note"] = (extra.get("note", "") + " NaN in output").strip()
+            row["ms"], row["runs"] = gpu_time_ms(fn, copies, quick)
+            row["tflops"] = flop / row["ms"] / 1e9
+            row["gbps"] = nbytes / row["ms"] / 1e6
+            row["note"] = extra.pop("note", "")
+            row.update(extra)
+            for key in ("launch_us", "call_us", "block_mask_ms"):
+                if key in extra and key not in meta:
+                    meta[key] = extra[key]
+        except NotAvailable as reason:
+            row["note"] = f"n/a: {reason}"
+        except Exception as error:  # keep going: one failing peer must not hide the rest
+            row["note"] = f"error: {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+            traceback.print_exc()
+        summary = f"{row['ms']:.3f} ms" if row["ms"] is not None else row["note"]
+        log(f"{w.name}: {impl}: {summary}")
+    reference_out = outputs.get("flex_attention")
+    if reference_out is not None:
+        scale = reference_out.float().abs().max().item()
+        for row in results:
+            if row["impl"] in outputs and row["impl"] != "flex_attention":
+                diff = (outputs[row["impl"]].float() - reference_out.float()).abs().max().item()
+                row["diff_flex"] = diff / scale if scale else diff
+    del inputs, outputs, ref
+    torch.cuda.empty_cache()
+    for row in results:
+        row.update(pairs=pairs, flop=flop, kv_bytes=nbytes, copies=copies)
+    return results, meta
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+def raise_dynamo_limits():
+    config = torch._dynamo.config
+    for name, value in (("cache_size_limit", 1024), ("recompile_limit", 1024),
+                        ("accumulated_cache_size_limit", 8192),
+                        ("accumulated_recompile_limit", 8192)):
+        if hasattr(config, name):
+            setattr(config, name, value)
+
+
+def git_commit():
+    if os.environ.get("FLEXJIT_COMMIT"):
+        return os.environ["FLEXJIT_COMMIT"]
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"],
+                               capture_output=True, text=True).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few workloads, fewer runs")
+    parser.add_argument("--only", help="comma-separated workload names or parts of names")
+    parser.add_argument("--list", action="store_true", help="list the workloads and exit")
+    parser.add_argument("--append-results", metavar="PATH", help="append the table to PATH")
+    parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
+    parser.add_argument("--report", metavar="PATH",
+                        help="write this run's table alone to PATH (overwritten)")
+    parser.add_argument("--masks", default=str(REPO / "dsl" / "lib" / "standard.mask"),
+                        help="mask file flexjit compiles (default: dsl/lib/standard.mask)")
+    args = parser.parse_args(argv)
+
+    chosen = W.select(W.workloads(), quick=args.quick, only=args.only)
+    if args.list or not chosen:
+        print(W.workload_table(chosen) if chosen else f"no workload matches {args.only!r}")
+        return 0 if chosen else 2
+    if not torch.cuda.is_available():
+        print("bench.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    raise_dynamo_limits()
+    started = time.perf_counter()
+    props = torch.cuda.get_device_properties(0)
+    l2_bytes = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": torch.cuda.get_device_name(0), "commit": git_commit(),
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "command": " ".join([pathlib.Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
+        "flexjit_library": flexjit.library_path(), "l2_bytes": l2_bytes,
+    }
+    log(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, flexjit "
+        f"{flexjit.runtime_version()} from {meta['flexjit_library']}")
+    meta["matmul_tflops"], meta["copy_gbps"] = ceilings(args.quick)
+    log(f"ceilings: bf16 matmul {meta['matmul_tflops']:.0f} TFLOP/s, copy "
+        f"{meta['copy_gbps']:.0f} GB/s")
+
+    ctx = flexjit.Context()
+    program = ctx.program_from_file(args.masks)
+    rows, metadata_rows = [], []
+    for w in chosen:
+        try:
+            results, meta_row = run_workload(w, ctx, program, l2_bytes, args.quick)
+        except Exception as error:
+            traceback.print_exc()
+            results = [{"workload": w.name, "impl": "all", "ms": None,
+                        "note": f"error: {type(error).__name__}: {str(error)[:160]}"}]
+            meta_row = {"workload": w.name}
+            torch.cuda.empty_cache()
+        rows += results
+        metadata_rows.append(meta_row)
+        log(f"{w.name} done, {time.perf_counter() - started:.0f} s elapsed")
+    W.add_ratios(rows)
+    meta["elapsed_s"] = time.perf_counter() - started
+    text = W.report(meta, rows, metadata_rows, chosen)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(
+            {"meta": meta, "rows": rows, "metadata": metadata_rows}, indent=1, default=str))
+    if args.report:
+        pathlib.Path(args.report).write_text(text)
+    if args.append_results:
+        path = pathlib.Path(args.append_results)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:  # append only: others write here too
+            if f.tell() == 0:
+                f.write("# Benchmark results\n\n")
+            f.write("\n" + text)
+    print(f"\n(total {meta['elapsed_s']:.0f} s)\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

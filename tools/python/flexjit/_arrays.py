@@ -1,0 +1,162 @@
+"""Device arrays seen by the launcher: pointer, shape, strides in elements, dtype, device.
+
+Accepts PyTorch tensors (recognised without importing torch) and any object with
+`__cuda_array_interface__`. Pure logic: tested without a GPU on stand-in objects.
+"""
+
+import dataclasses
+from typing import Optional, Tuple
+
+_TORCH_DTYPES = {
+    "torch.bfloat16": "bf16",
+    "torch.float16": "fp16",
+    "torch.float32": "fp32",
+    "torch.int32": "int32",
+}
+_TYPESTRS = {"<f2": ("fp16", 2), "<f4": ("fp32", 4), "<i4": ("int32", 4)}
+_ITEMSIZES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4}
+
+
+@dataclasses.dataclass(frozen=True)
+class Array:
+    name: str
+    ptr: int
+    shape: Tuple[int, ...]
+    strides: Tuple[int, ...]  # in elements
+    dtype: str  # "bf16", "fp16", "fp32", "int32", or the source's own spelling
+    is_cuda: bool
+    device_index: Optional[int]  # None where the source does not say (cuda array interface)
+
+
+def is_torch_tensor(obj):
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def describe(obj, name):
+    """The Array view of `obj`; raises TypeError for objects that are neither."""
+    if is_torch_tensor(obj):
+        return Array(name, obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()),
+                     _TORCH_DTYPES.get(str(obj.dtype), str(obj.dtype)), bool(obj.is_cuda),
+                     obj.device.index if obj.is_cuda else None)
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if interface is None:
+        raise TypeError(f"{name}: expected a torch tensor or an object with "
+                        f"__cuda_array_interface__, got {type(obj).__name__}")
+    shape = tuple(int(n) for n in interface["shape"])
+    typestr = interface["typestr"]
+    dtype, itemsize = _TYPESTRS.get(typestr, (typestr, None))
+    byte_strides = interface.get("strides")
+    if byte_strides is None:
+        strides = contiguous_strides(shape)
+    elif itemsize is None or any(s % itemsize for s in byte_strides):
+        raise TypeError(f"{name}: strides {tuple(byte_strides)} (bytes) are not whole elements "
+                        f"of type {typestr}")
+    else:
+        strides = tuple(s // itemsize for s in byte_strides)
+    return Array(name, int(interface["data"][0]), shape, strides, dtype, True, None)
+
+
+def contiguous_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def _require(condition, message):
+    if not condition:
+        raise ValueError(message)
+
+
+def _rank(a, rank, what):
+    _require(len(a.shape) == rank, f"{a.name}: expected {rank} dimensions {what}, got shape "
+             f"{a.shape}")
+
+
+def _dtype(a, want):
+    _require(a.dtype == want, f"{a.name}: dtype {a.dtype}, expected {want}")
+
+
+def _unit_last(a):
+    _require(a.shape[-1] <= 1 or a.strides[-1] == 1,
+             f"{a.name}: last dimension must be contiguous (stride 1), strides {a.strides}")
+
+
+def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_table,
+                 query_start_loc, seq_lens, lse=None, kv_layout="NHD"):
+    """Checks the arrays of one paged attention call (DESIGN.md §3) and returns the fields of
+    fj_paged_attention_args they determine (pointers, counts and strides in elements).
+
+    q, out: [num_tokens, num_heads, head_dim]. k_cache, v_cache: [num_blocks, page_size,
+    num_kv_heads, head_dim] for kv_layout "NHD", [num_blocks, num_kv_heads, page_size, head_dim]
+    for "HND"; any strides (a joint cache's [:, 0] / [:, 1] views work). block_table:
+    int32 [num_reqs, >= max blocks], query_start_loc int32 [num_reqs + 1], seq_lens int32
+    [num_reqs], lse float32 [num_tokens, num_heads] or None.
+    """
+    _require(kv_layout in ("NHD", "HND"), f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+    arrays = [q, out, k_cache, v_cache, block_table, query_start_loc, seq_lens]
+    arrays += [lse] if lse is not None else []
+    for a in arrays:
+        _require(a.is_cuda, f"{a.name}: not a CUDA device array")
+    devices = {a.device_index for a in arrays if a.device_index is not None}
+    _require(len(devices) <= 1, "arrays are on different CUDA devices: " + ", ".join(
+        f"{a.name} on cuda:{a.device_index}" for a in arrays if a.device_index is not None))
+
+    for a in (q, out):
+        _rank(a, 3, "[num_tokens, num_heads, head_dim]")
+        _dtype(a, dtype)
+        _unit_last(a)
+    _require(out.shape == q.shape, f"out: shape {out.shape} differs from q's {q.shape}")
+    num_tokens, num_heads, q_head_dim = q.shape
+    _require(q_head_dim == head_dim, f"q: head_dim {q_head_dim}, the kernel's is {head_dim}")
+
+    kv_dims = "[num_blocks, page_size, num_kv_heads, head_dim]" if kv_layout == "NHD" else \
+        "[num_blocks, num_kv_heads, page_size, head_dim]"
+    slot_dim, head_dim_index = (1, 2) if kv_layout == "NHD" else (2, 1)
+    for a in (k_cache, v_cache):
+        _rank(a, 4, kv_dims)
+        _dtype(a, dtype)
+        _unit_last(a)
+        _require(a.shape[3] == head_dim, f"{a.name}: head_dim {a.shape[3]}, the kernel's is "
+                 f"{head_dim}")
+        _require(a.shape[slot_dim] == page_size, f"{a.name}: page size {a.shape[slot_dim]} "
+                 f"(shape {a.shape}, layout {kv_layout}), the kernel's is {page_size}")
+    _require(k_cache.shape == v_cache.shape,
+             f"v_cache: shape {v_cache.shape} differs from k_cache's {k_cache.shape}")
+    num_kv_heads = k_cache.shape[head_dim_index]
+
+    _rank(block_table, 2, "[num_reqs, max_blocks]")
+    for a in (block_table, query_start_loc, seq_lens):
+        _dtype(a, "int32")
+        _unit_last(a)
+    _rank(query_start_loc, 1, "[num_reqs + 1]")
+    _rank(seq_lens, 1, "[num_reqs]")
+    num_reqs = seq_lens.shape[0]
+    _require(query_start_loc.shape[0] == num_reqs + 1, f"query_start_loc: {query_start_loc.shape[0]}"
+             f" entries, expected num_reqs + 1 = {num_reqs + 1}")
+    _require(block_table.shape[0] == num_reqs, f"block_table: {block_table.shape[0]} rows, "
+             f"expected num_reqs = {num_reqs}")
+
+    fields = dict(
+        q=q.ptr, out=out.ptr, k_cache=k_cache.ptr, v_cache=v_cache.ptr,
+        query_start_loc=query_start_loc.ptr, seq_lens=seq_lens.ptr, block_table=block_table.ptr,
+        lse=0, lse_stride_token=0,
+        num_tokens=num_tokens, num_reqs=num_reqs, num_heads=num_heads, num_kv_heads=num_kv_heads,
+        max_blocks_per_req=block_table.shape[1],
+        q_stride_token=q.strides[0], q_stride_head=q.strides[1],
+        out_stride_token=out.strides[0], out_stride_head=out.strides[1],
+        k_stride_block=k_cache.strides[0], k_stride_slot=k_cache.strides[slot_dim],
+        k_stride_head=k_cache.strides[head_dim_index],
+        v_stride_block=v_cache.strides[0], v_stride_slot=v_cache.strides[slot_dim],
+        v_stride_head=v_cache.strides[head_dim_index],
+        block_table_stride=block_table.strides[0],
+    )
+    if lse is not None:
+        _rank(lse, 2, "[num_tokens, num_heads]")
+        _dtype(lse, "fp32")
+        _unit_last(lse)
+        _require(lse.shape == (num_tokens, num_heads),
+                 f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
+        fields.update(lse=lse.ptr, lse_stride_token=lse.strides[0])
+    return fields

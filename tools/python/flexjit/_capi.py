@@ -1,0 +1,145 @@
+"""ctypes mirror of runtime/include/flexjit/flexjit.h and the loader of libflexjit_runtime.so.
+
+The structs below copy the header field by field (order and types); tests/python checks their
+sizes and offsets against the C compiler's. Change both together.
+"""
+
+import ctypes
+import enum
+import os
+import pathlib
+
+LIBRARY_NAME = "libflexjit_runtime.so"
+
+# tools/python/flexjit/_capi.py -> the repository root.
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+class Status(enum.IntEnum):
+    """fj_status."""
+
+    SUCCESS = 0
+    INVALID_ARGUMENT = 1
+    INVALID_SOURCE = 2
+    NOT_FOUND = 3
+    UNSUPPORTED = 4
+    COMPILE = 5
+    CUDA = 6
+    INTERNAL = 7
+
+
+class Dtype(enum.IntEnum):
+    """fj_dtype."""
+
+    FP16 = 1
+    BF16 = 2
+
+
+class KernelDesc(ctypes.Structure):
+    """fj_kernel_desc."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("mask", ctypes.c_char_p),
+        ("head_dim", ctypes.c_int32),
+        ("dtype", ctypes.c_int),  # a C enum: int-sized
+        ("page_size", ctypes.c_int32),
+        ("arch", ctypes.c_char_p),
+    ]
+
+
+class PagedAttentionArgs(ctypes.Structure):
+    """fj_paged_attention_args."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("q", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("k_cache", ctypes.c_void_p),
+        ("v_cache", ctypes.c_void_p),
+        ("query_start_loc", ctypes.c_void_p),
+        ("seq_lens", ctypes.c_void_p),
+        ("block_table", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("num_tokens", ctypes.c_int32),
+        ("num_reqs", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("num_kv_heads", ctypes.c_int32),
+        ("max_query_len", ctypes.c_int32),
+        ("max_blocks_per_req", ctypes.c_int32),
+        ("q_stride_token", ctypes.c_int64),
+        ("q_stride_head", ctypes.c_int64),
+        ("out_stride_token", ctypes.c_int64),
+        ("out_stride_head", ctypes.c_int64),
+        ("k_stride_block", ctypes.c_int64),
+        ("k_stride_slot", ctypes.c_int64),
+        ("k_stride_head", ctypes.c_int64),
+        ("v_stride_block", ctypes.c_int64),
+        ("v_stride_slot", ctypes.c_int64),
+        ("v_stride_head", ctypes.c_int64),
+        ("block_table_stride", ctypes.c_int64),
+        ("lse_stride_token", ctypes.c_int64),
+        ("scale", ctypes.c_float),
+        ("params", ctypes.POINTER(ctypes.c_int32)),
+        ("num_params", ctypes.c_int32),
+    ]
+
+
+def library_candidates():
+    """Where the library is looked for, in order: $FLEXJIT_LIBRARY, then the repository's build
+    folders (build/lib, .carry/lib, build-*/lib), then the dynamic loader's search path."""
+    env = os.environ.get("FLEXJIT_LIBRARY")
+    if env:
+        return [env]
+    found = [REPO_ROOT / "build" / "lib" / LIBRARY_NAME, REPO_ROOT / ".carry" / "lib" / LIBRARY_NAME]
+    found += sorted(REPO_ROOT.glob("build-*/lib/" + LIBRARY_NAME))
+    return [str(p) for p in found if p.is_file()] + [LIBRARY_NAME]
+
+
+def _declare(lib):
+    p = ctypes.POINTER
+    status = ctypes.c_int
+    ctx, prog, kern = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+    signatures = {
+        "fj_status_string": (ctypes.c_char_p, [status]),
+        "fj_runtime_version": (ctypes.c_uint32, []),
+        "fj_context_create": (status, [p(ctx)]),
+        "fj_context_destroy": (status, [ctx]),
+        "fj_context_last_error": (ctypes.c_char_p, [ctx]),
+        "fj_program_create": (status, [ctx, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+                                       p(prog)]),
+        "fj_program_create_from_file": (status, [ctx, ctypes.c_char_p, p(prog)]),
+        "fj_program_destroy": (status, [prog]),
+        "fj_program_param_slot": (status, [prog, ctypes.c_char_p, p(ctypes.c_int32)]),
+        "fj_program_param_count": (status, [prog, p(ctypes.c_int32)]),
+        "fj_kernel_create": (status, [ctx, prog, p(KernelDesc), p(kern)]),
+        "fj_kernel_destroy": (status, [kern]),
+        "fj_kernel_name": (status, [kern, p(ctypes.c_char_p)]),
+        "fj_paged_attention": (status, [kern, p(PagedAttentionArgs), ctypes.c_void_p]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
+    return lib
+
+
+_library = None
+
+
+def library():
+    """The loaded runtime library (loaded once). Raises OSError listing every place tried."""
+    global _library
+    if _library is None:
+        errors = []
+        for candidate in library_candidates():
+            try:
+                _library = _declare(ctypes.CDLL(candidate))
+                _library.flexjit_path = candidate
+                break
+            except OSError as error:
+                errors.append(f"{candidate}: {error}")
+        else:
+            raise OSError("cannot load the flexjit runtime library (set FLEXJIT_LIBRARY):\n  "
+                          + "\n  ".join(errors))
+    return _library
