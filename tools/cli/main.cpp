@@ -178,8 +178,8 @@ int command_emit(const std::string& path, const KernelOptions& options) {
   if (!flexjit::prefill_head_dim_supported(config.head_dim) ||
       !flexjit::prefill_page_size_supported(config.page_size)) {
     return report_error(
-        {"unsupported head dim or page size (head dims 64, 128; page sizes: "
-         "multiples of 16 up to 1024)"});
+        {"unsupported head dim or page size (head dims 64, 80, 96, 128, 256; page sizes: "
+         "multiples of 16 up to 1024, or 0 for contiguous K/V)"});
   }
   fmt::print("{}", flexjit::prefill_kernel_spec(*mask, config).source);
   return 0;
@@ -670,6 +670,7 @@ struct RunOptions {
   std::string query_lens = "1,7,300";
   std::string context_lens = "511,64,0";
   std::string layout = "nhd";
+  bool encoder = false;  // contiguous K/V (fj_varlen_attention); context lengths are 0
   uint64_t seed = 1;
   int iterations = 20;
 };
@@ -683,7 +684,9 @@ int command_run(const std::string& path, const RunOptions& options) {
   if (!params) return report_error(params.error());
   auto query_lens = parse_int_list(options.query_lens, "--query-lens");
   if (!query_lens) return report_error(query_lens.error());
-  auto context_lens = parse_int_list(options.context_lens, "--context-lens");
+  auto context_lens = options.encoder ? Result<std::vector<int>>(std::vector<int>(
+                                             query_lens->size(), 0))
+                                       : parse_int_list(options.context_lens, "--context-lens");
   if (!context_lens) return report_error(context_lens.error());
   if (context_lens->size() != query_lens->size()) {
     return report_error({"--query-lens and --context-lens need one entry per request"});
@@ -708,6 +711,7 @@ int command_run(const std::string& path, const RunOptions& options) {
   config.num_heads = options.num_heads;
   config.num_kv_heads = options.num_kv_heads;
   config.layout = options.layout == "hnd" ? flexjit::KvLayout::HND : flexjit::KvLayout::NHD;
+  config.contiguous = options.encoder;
   config.query_lens = *query_lens;
   config.context_lens = *context_lens;
   config.params = *params;
@@ -723,7 +727,7 @@ int command_run(const std::string& path, const RunOptions& options) {
   fmt::print("kernel          {}\n", report->kernel_name);
   fmt::print("batch           {} requests, {} query tokens, {} heads / {} kv heads, {} layout\n",
              query_lens->size(), report->num_tokens, options.num_heads, options.num_kv_heads,
-             options.layout);
+             options.encoder ? "contiguous (encoder)" : options.layout);
   fmt::print("relative error  {:.3e} (tolerance {:.0e}), max abs {:.3e}, lse max abs {:.3e}\n",
              report->relative_error, tolerance, report->max_abs_error, report->lse_max_abs_error);
   fmt::print("bad outputs     {} NaN/Inf or unwritten, {} empty rows not 0/-inf\n",
@@ -739,7 +743,7 @@ int command_run(const std::string& path, const RunOptions& options) {
 void add_kernel_options(CLI::App* command, KernelOptions& options) {
   command->add_option("--mask", options.mask, "mask to compile")->required();
   command->add_option("--head-dim", options.head_dim, "head dimension")
-      ->check(CLI::IsMember({64, 128}));
+      ->check(CLI::IsMember({64, 80, 96, 128, 256}));
   command->add_option("--dtype", options.dtype, "q/k/v/out element type")
       ->check(CLI::IsMember({"bf16", "fp16"}));
   command->add_option("--page-size", options.page_size, "tokens per KV-cache block");
@@ -773,7 +777,7 @@ int main(int argc, char** argv) {
   compile->add_option("file", path, "mask file")->required();
   compile->add_option("--mask", compile_options.kernel.mask, "mask to compile");
   compile->add_option("--head-dim", compile_options.kernel.head_dim, "head dimension")
-      ->check(CLI::IsMember({64, 128}));
+      ->check(CLI::IsMember({64, 80, 96, 128, 256}));
   compile->add_option("--dtype", compile_options.kernel.dtype, "q/k/v/out element type")
       ->check(CLI::IsMember({"bf16", "fp16"}));
   compile->add_option("--page-size", compile_options.kernel.page_size, "tokens per KV-cache block");
@@ -833,6 +837,8 @@ int main(int argc, char** argv) {
                   "cached keys before the new tokens, per request");
   run->add_option("--layout", run_options.layout, "KV cache layout")
       ->check(CLI::IsMember({"nhd", "hnd"}));
+  run->add_flag("--encoder", run_options.encoder,
+                "contiguous K/V packed like q (fj_varlen_attention); no cached context");
   run->add_option("--seed", run_options.seed, "random seed");
   run->add_option("--iterations", run_options.iterations, "timed launches (0: no timing)");
 
