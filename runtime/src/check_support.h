@@ -52,7 +52,12 @@ class DeviceBuffer {
   void* get() const { return reinterpret_cast<void*>(pointer_); }
 
  private:
+  // Each upload or fill sizes the buffer anew; the previous allocation is released.
   Result<bool> allocate(size_t bytes) {
+    if (pointer_ != 0) {
+      api_.cuMemFree(pointer_);
+      pointer_ = 0;
+    }
     const CUresult status = api_.cuMemAlloc(&pointer_, std::max<size_t>(bytes, 16));
     if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemAlloc", status);
     return true;

@@ -97,18 +97,14 @@ Result<KvCacheWriteCheckReport> run_kv_cache_write_check(fj_context* context,
     }
   }
 
+  const std::vector<uint16_t> poisoned(want_k.size(), poison);
   DeviceBuffer key_buffer(api), value_buffer(api), k_cache(api), v_cache(api), mapping(api);
   for (auto status : {key_buffer.upload(key.data(), key.size() * 2),
                       value_buffer.upload(value.data(), value.size() * 2),
-                      k_cache.fill(want_k.size() * 2, 0), v_cache.fill(want_v.size() * 2, 0),
+                      k_cache.upload(poisoned.data(), poisoned.size() * 2),
+                      v_cache.upload(poisoned.data(), poisoned.size() * 2),
                       mapping.upload(slot_mapping.data(), slot_mapping.size() * 8)}) {
     if (!status) return status.error();
-  }
-  const std::vector<uint16_t> poisoned(want_k.size(), poison);
-  for (DeviceBuffer* cache : {&k_cache, &v_cache}) {
-    if (auto status = cache->upload(poisoned.data(), poisoned.size() * 2); !status) {
-      return status.error();
-    }
   }
 
   fj_kv_cache_write_args args{};
