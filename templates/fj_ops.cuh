@@ -212,38 +212,39 @@ FJ_HD Interval max(Interval a, Interval b) {
   return {detail::max64(a.lo, b.lo), detail::max64(a.hi, b.hi)};
 }
 
-// Floor division over a divisor range split by sign; a divisor range holding 0 adds the
-// result 0 of division by zero. The exact hull is then wrapped (INT_MIN / -1).
-FJ_HD Interval div(Interval a, Interval b) {
+// Hull of an operation whose result depends on the divisor's sign, over the divisor range `b`
+// split by sign: `positive(a, lo, hi)` and `negative(a, lo, hi)` each see a range of one sign,
+// and a divisor range holding 0 adds the result 0 (division and modulo by zero yield 0).
+template <class Positive, class Negative>
+FJ_HD Interval split_by_divisor_sign(Interval a, Interval b, Positive positive, Negative negative) {
   Interval result = Interval::point(0);
   bool have_result = b.contains(0);
   if (b.hi >= 1) {
-    const Interval positive = detail::div_same_sign(a, detail::max64(b.lo, 1), b.hi);
-    result = have_result ? hull(result, positive) : positive;
+    const Interval part = positive(a, detail::max64(b.lo, 1), b.hi);
+    result = have_result ? hull(result, part) : part;
     have_result = true;
   }
   if (b.lo <= -1) {
-    const Interval negative = detail::div_same_sign(a, b.lo, detail::min64(b.hi, -1));
-    result = have_result ? hull(result, negative) : negative;
+    const Interval part = negative(a, b.lo, detail::min64(b.hi, -1));
+    result = have_result ? hull(result, part) : part;
   }
+  return result;
+}
+
+// Floor division; the exact hull is then wrapped (INT_MIN / -1).
+FJ_HD Interval div(Interval a, Interval b) {
+  const auto same_sign = [](Interval x, i64 lo, i64 hi) {
+    return detail::div_same_sign(x, lo, hi);
+  };
+  const Interval result = split_by_divisor_sign(a, b, same_sign, same_sign);
   return Interval::wrapped(result.lo, result.hi);
 }
 
-// Floor modulo over a divisor range split by sign, with the result 0 of modulo by zero when
-// the divisor range holds 0. Results never leave int32 (|a % d| < |d|).
+// Floor modulo. Results never leave int32 (|a % d| < |d|).
 FJ_HD Interval mod(Interval a, Interval b) {
-  Interval result = Interval::point(0);
-  bool have_result = b.contains(0);
-  if (b.hi >= 1) {
-    const Interval positive = detail::mod_positive(a, detail::max64(b.lo, 1), b.hi);
-    result = have_result ? hull(result, positive) : positive;
-    have_result = true;
-  }
-  if (b.lo <= -1) {
-    const Interval negative = detail::mod_negative(a, b.lo, detail::min64(b.hi, -1));
-    result = have_result ? hull(result, negative) : negative;
-  }
-  return result;
+  return split_by_divisor_sign(
+      a, b, [](Interval x, i64 lo, i64 hi) { return detail::mod_positive(x, lo, hi); },
+      [](Interval x, i64 lo, i64 hi) { return detail::mod_negative(x, lo, hi); });
 }
 
 // Comparisons give a boolean interval: decided when the operand ranges are ordered.

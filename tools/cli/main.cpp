@@ -684,9 +684,9 @@ int command_run(const std::string& path, const RunOptions& options) {
   if (!params) return report_error(params.error());
   auto query_lens = parse_int_list(options.query_lens, "--query-lens");
   if (!query_lens) return report_error(query_lens.error());
-  auto context_lens = options.encoder ? Result<std::vector<int>>(std::vector<int>(
-                                             query_lens->size(), 0))
-                                       : parse_int_list(options.context_lens, "--context-lens");
+  auto context_lens = options.encoder
+                          ? Result<std::vector<int>>(std::vector<int>(query_lens->size(), 0))
+                          : parse_int_list(options.context_lens, "--context-lens");
   if (!context_lens) return report_error(context_lens.error());
   if (context_lens->size() != query_lens->size()) {
     return report_error({"--query-lens and --context-lens need one entry per request"});
@@ -740,10 +740,19 @@ int command_run(const std::string& path, const RunOptions& options) {
   return pass ? 0 : 1;
 }
 
-void add_kernel_options(CLI::App* command, KernelOptions& options) {
-  command->add_option("--mask", options.mask, "mask to compile")->required();
-  command->add_option("--head-dim", options.head_dim, "head dimension")
-      ->check(CLI::IsMember({64, 80, 96, 128, 256}));
+// --mask, --head-dim, --dtype, --page-size. The head dims accepted are the template's.
+void add_kernel_options(CLI::App* command, KernelOptions& options, bool mask_required) {
+  CLI::Option* mask = command->add_option("--mask", options.mask, "mask to compile");
+  if (mask_required) mask->required();
+  const CLI::Validator supported_head_dim(
+      [](std::string& text) {
+        const auto value = parse_int(text);
+        return value && flexjit::prefill_head_dim_supported(*value)
+                   ? std::string()
+                   : "head dim " + text + " is not supported (64, 80, 96, 128, 256)";
+      },
+      "64|80|96|128|256");
+  command->add_option("--head-dim", options.head_dim, "head dimension")->check(supported_head_dim);
   command->add_option("--dtype", options.dtype, "q/k/v/out element type")
       ->check(CLI::IsMember({"bf16", "fp16"}));
   command->add_option("--page-size", options.page_size, "tokens per KV-cache block");
@@ -767,7 +776,7 @@ int main(int argc, char** argv) {
   KernelOptions emit_options;
   CLI::App* emit = app.add_subcommand("emit", "print the generated CUDA source of a kernel");
   emit->add_option("file", path, "mask file")->required();
-  add_kernel_options(emit, emit_options);
+  add_kernel_options(emit, emit_options, true);
   emit->add_option("--arch", emit_options.arch, "target architecture (sm_80, sm_90a, ...)");
 
   CompileOptions compile_options;
@@ -775,12 +784,8 @@ int main(int argc, char** argv) {
   CLI::App* compile = app.add_subcommand(
       "compile", "compile kernels with NVRTC (through the disk cache) and inspect them");
   compile->add_option("file", path, "mask file")->required();
-  compile->add_option("--mask", compile_options.kernel.mask, "mask to compile");
-  compile->add_option("--head-dim", compile_options.kernel.head_dim, "head dimension")
-      ->check(CLI::IsMember({64, 80, 96, 128, 256}));
-  compile->add_option("--dtype", compile_options.kernel.dtype, "q/k/v/out element type")
-      ->check(CLI::IsMember({"bf16", "fp16"}));
-  compile->add_option("--page-size", compile_options.kernel.page_size, "tokens per KV-cache block");
+  // --mask is optional here: --all compiles every mask.
+  add_kernel_options(compile, compile_options.kernel, false);
   compile->add_option("--arch", compile_options.kernel.arch,
                       "target architecture (sm_80, sm_90a, ...); default: the current GPU's");
   compile->add_flag("--all", compile_options.all,
@@ -828,7 +833,7 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand(
       "run", "run a kernel on random paged inputs and check it against a float64 reference");
   run->add_option("file", path, "mask file")->required();
-  add_kernel_options(run, run_options.kernel);
+  add_kernel_options(run, run_options.kernel, true);
   run->add_option("--set", run_options.settings, "runtime parameter NAME=VALUE");
   run->add_option("--heads", run_options.num_heads, "query heads");
   run->add_option("--kv-heads", run_options.num_kv_heads, "kv heads (divides --heads)");
