@@ -10,6 +10,8 @@ const char* type_name(Type type) {
       return "bool";
     case Type::Int:
       return "int";
+    case Type::Float:
+      return "float";
   }
   return "<error>";
 }
@@ -66,6 +68,62 @@ const char* builtin_name(Builtin builtin) {
       return "q";
     case Builtin::KV:
       return "kv";
+    case Builtin::Score:
+      return "score";
+  }
+  return "?";
+}
+
+const char* function_name(Function function) {
+  switch (function) {
+    case Function::Min:
+      return "min";
+    case Function::Max:
+      return "max";
+    case Function::Abs:
+      return "abs";
+    case Function::Clamp:
+      return "clamp";
+    case Function::Where:
+      return "where";
+    case Function::Tanh:
+      return "tanh";
+    case Function::Exp:
+      return "exp";
+    case Function::Exp2:
+      return "exp2";
+    case Function::Log:
+      return "log";
+    case Function::Log2:
+      return "log2";
+    case Function::Sqrt:
+      return "sqrt";
+    case Function::Sigmoid:
+      return "sigmoid";
+    case Function::Floor:
+      return "floor";
+    case Function::Ceil:
+      return "ceil";
+    case Function::Int:
+      return "int";
+    case Function::Float:
+      return "float";
+  }
+  return "?";
+}
+
+const char* decl_kind_name(DeclKind kind) {
+  switch (kind) {
+    case DeclKind::Param:
+      return "param";
+    case DeclKind::Const:
+      return "const";
+    case DeclKind::Mask:
+      return "mask";
+    case DeclKind::Score:
+      return "score";
+    case DeclKind::Variant:
+      return "variant";
   }
   return "?";
 }

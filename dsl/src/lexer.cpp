@@ -11,13 +11,14 @@ namespace {
 // Spans hold 32-bit offsets, and the end-of-file token sits one past the last byte.
 constexpr size_t kMaxSourceBytes = std::numeric_limits<uint32_t>::max() - 1;
 
-constexpr std::array<std::string_view, 7> kKeywords = {"param", "const", "mask", "true",
-                                                       "false", "int",   "bool"};
+constexpr std::array<std::string_view, 13> kKeywords = {
+    "param", "const", "mask", "score", "variant", "with", "true",
+    "false", "int",   "bool", "float", "any",     "all"};
 
 // Longest first, so that "<=" is not read as "<" then "=".
-constexpr std::array<std::string_view, 19> kPuncts = {"<=", ">=", "==", "!=", "&&", "||", "+",
-                                                      "-",  "*",  "/",  "%",  "<",  ">",  "!",
-                                                      "(",  ")",  ",",  ":",  "="};
+constexpr std::array<std::string_view, 22> kPuncts = {"<=", ">=", "==", "!=", "&&", "||", "+", "-",
+                                                      "*",  "/",  "%",  "<",  ">",  "!",  "?", "(",
+                                                      ")",  "[",  "]",  ",",  ":",  "="};
 
 bool is_digit(char c) {
   return c >= '0' && c <= '9';
@@ -51,6 +52,18 @@ size_t punct_length(std::string_view rest) {
 
 Span span_of(size_t begin, size_t end) {
   return {static_cast<uint32_t>(begin), static_cast<uint32_t>(end - begin)};
+}
+
+// The end of the exponent (`e`, an optional sign, digits) starting at `i`, or `i` when there
+// is none there.
+size_t exponent_end(std::string_view text, size_t i) {
+  if (i >= text.size() || (text[i] != 'e' && text[i] != 'E')) return i;
+  size_t j = i + 1;
+  if (j < text.size() && (text[j] == '+' || text[j] == '-')) ++j;
+  if (j >= text.size() || !is_digit(text[j])) return i;
+  while (j < text.size() && is_digit(text[j]))
+    ++j;
+  return j;
 }
 
 }  // namespace
@@ -88,14 +101,31 @@ std::vector<Token> tokenize(const Source& source, std::vector<Diagnostic>& diagn
           is_keyword(text.substr(begin, i - begin)) ? TokenKind::Keyword : TokenKind::Ident;
       tokens.push_back({kind, span_of(begin, i)});
     } else if (is_digit(c)) {
-      // A literal runs over every identifier character, so `12ab` or `0x10` is one bad literal
-      // rather than a number followed by a name. It is still a token, so the parser goes on.
-      bool all_digits = true;
-      while (i < text.size() && is_ident_char(text[i]))
-        all_digits &= is_digit(text[i++]);
-      if (!all_digits)
-        error(begin, i, "invalid integer literal " + quote(text.substr(begin, i - begin)));
-      tokens.push_back({TokenKind::IntLit, span_of(begin, i)});
+      // int_lit = digits; float_lit = digits "." digits? exponent? | digits exponent.
+      // A literal runs over every identifier character and `.` after it, so `12ab`, `0x10`
+      // or `1.5.2` is one bad literal rather than a number followed by something. It is
+      // still a token, so the parser goes on.
+      while (i < text.size() && is_digit(text[i]))
+        ++i;
+      bool is_float = false;
+      if (i < text.size() && text[i] == '.') {
+        is_float = true;
+        ++i;
+        while (i < text.size() && is_digit(text[i]))
+          ++i;
+      }
+      size_t exponent = exponent_end(text, i);
+      is_float |= exponent != i;
+      i = exponent;
+      size_t good_end = i;
+      while (i < text.size() && (is_ident_char(text[i]) || text[i] == '.'))
+        ++i;
+      if (i != good_end) {
+        error(begin, i,
+              std::string(is_float ? "invalid float literal " : "invalid integer literal ") +
+                  quote(text.substr(begin, i - begin)));
+      }
+      tokens.push_back({is_float ? TokenKind::FloatLit : TokenKind::IntLit, span_of(begin, i)});
     } else if (size_t length = punct_length(text.substr(i))) {
       i += length;
       tokens.push_back({TokenKind::Punct, span_of(begin, i)});

@@ -2,6 +2,8 @@
 // A syntax error abandons the declaration it is in; the parser then resumes at the next line
 // that starts with a declaration keyword, so one run reports every broken declaration.
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -36,6 +38,42 @@ int64_t literal_value(std::string_view digits) {
   return value;
 }
 
+// A float literal's value rounded to double (the checker rejects those beyond float32).
+// `from_chars` reads the longest valid prefix, so a bad literal (`1.5f`, already reported)
+// gets the value of its good part. Out of double range it reports no value: then an
+// exponent-and-digits estimate says whether it overflowed (infinity) or underflowed (0).
+double float_literal_value(std::string_view text) {
+  double value = 0.0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc::result_out_of_range) return value;
+  // Decimal magnitude: position of the first significant digit plus the exponent.
+  int64_t magnitude = 0;
+  size_t i = 0;
+  size_t integer_digits = 0;
+  bool significant = false;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    significant |= text[i] != '0';
+    integer_digits += significant;
+  }
+  if (significant) {
+    magnitude = static_cast<int64_t>(integer_digits);
+  } else if (i < text.size() && text[i] == '.') {
+    for (++i; i < text.size() && text[i] == '0'; ++i)
+      --magnitude;
+  }
+  size_t e = text.find_first_of("eE");
+  if (e != std::string_view::npos) {
+    bool negative = e + 1 < text.size() && text[e + 1] == '-';
+    int64_t exponent = 0;
+    for (size_t j = e + 1; j < text.size(); ++j) {
+      if (text[j] < '0' || text[j] > '9') continue;
+      exponent = std::min<int64_t>(exponent * 10 + (text[j] - '0'), int64_t{1} << 40);
+    }
+    magnitude += negative ? -exponent : exponent;
+  }
+  return magnitude > 0 ? HUGE_VAL : 0.0;
+}
+
 ExprPtr make_expr(Expr::Kind kind, Span span) {
   auto expr = std::make_unique<Expr>();
   expr->kind = kind;
@@ -59,9 +97,13 @@ class Parser {
   bool param_decl();
   bool const_decl();
   bool mask_decl();
+  bool score_decl();
+  bool variant_decl();
   bool type(Decl& decl);
+  bool dims(Decl& decl);
   bool body(Decl& decl);
   ExprPtr expr();
+  ExprPtr conditional();
   ExprPtr or_expr();
   ExprPtr and_expr();
   ExprPtr equality();
@@ -73,6 +115,9 @@ class Parser {
   ExprPtr primary();
   ExprPtr parenthesized();
   ExprPtr call(const Token& name);
+  ExprPtr index(const Token& name);
+  ExprPtr reduce();
+  ExprPtr argument_list(ExprPtr node, const Token& first, std::string_view close);
 
   std::string_view text_of(const Token& token) const {
     return text_.substr(token.span.offset, token.span.length);
@@ -171,7 +216,8 @@ bool Parser::starts_declaration_line(size_t index) const {
   const Token& token = tokens_[index];
   std::string_view word = text_of(token);
   bool declaration_keyword =
-      token.kind == TokenKind::Keyword && (word == "param" || word == "const" || word == "mask");
+      token.kind == TokenKind::Keyword && (word == "param" || word == "const" || word == "mask" ||
+                                           word == "score" || word == "variant");
   return declaration_keyword && (index == 0 || tokens_[index - 1].kind == TokenKind::Newline);
 }
 
@@ -231,22 +277,27 @@ std::vector<Decl> Parser::file() {
     if (decls_.size() > decl_count && unreliable) {
       Decl& decl = decls_.back();
       decl.value.reset();
-      if (decl.kind != DeclKind::Mask) {
+      if (decl.kind == DeclKind::Param || decl.kind == DeclKind::Const) {
         decl.declared_type = Type::Error;
         decl.type_span = {};
       }
+      decl.variant_mask.clear();
+      decl.variant_score.clear();
     }
   }
   return std::move(decls_);
 }
 
-// declaration = param_decl | const_decl | mask_decl
+// declaration = param_decl | const_decl | mask_decl | score_decl | variant_decl
 bool Parser::declaration() {
   if (at("param")) return param_decl();
   if (at("const")) return const_decl();
   if (at("mask")) return mask_decl();
+  if (at("score")) return score_decl();
+  if (at("variant")) return variant_decl();
   syntax_error(peek(),
-               "expected a declaration ('param', 'const' or 'mask'), found " + describe(peek()));
+               "expected a declaration ('param', 'const', 'mask', 'score' or 'variant'), found " +
+                   describe(peek()));
   return false;
 }
 
@@ -265,13 +316,13 @@ Decl& Parser::add_decl(DeclKind kind, const Token& keyword, const Token& name) {
   return decl;
 }
 
-// param_decl = "param" name ":" type
+// param_decl = "param" name ":" type dims?
 bool Parser::param_decl() {
   Token keyword = advance();
   std::optional<Token> name = declared_name();
   if (!name) return false;
   Decl& decl = add_decl(DeclKind::Param, keyword, *name);
-  bool ok = expect(":") && type(decl);
+  bool ok = expect(":") && type(decl) && (!at("[") || dims(decl));
   decl.span = span_from(keyword.span.offset);
   return ok;
 }
@@ -299,19 +350,81 @@ bool Parser::mask_decl() {
   return ok;
 }
 
-// type = "int" | "bool" | name
+// score_decl = "score" name "=" expr
+bool Parser::score_decl() {
+  Token keyword = advance();
+  std::optional<Token> name = declared_name();
+  if (!name) return false;
+  Decl& decl = add_decl(DeclKind::Score, keyword, *name);
+  decl.declared_type = Type::Float;
+  bool ok = expect("=") && body(decl);
+  decl.span = span_from(keyword.span.offset);
+  return ok;
+}
+
+// variant_decl = "variant" name "=" name ("with" name)?
+bool Parser::variant_decl() {
+  Token keyword = advance();
+  std::optional<Token> name = declared_name();
+  if (!name) return false;
+  Decl& decl = add_decl(DeclKind::Variant, keyword, *name);
+  if (!expect("=")) return false;
+  std::optional<Token> mask = declared_name();
+  if (!mask) return false;
+  decl.variant_mask = text_of(*mask);
+  decl.variant_mask_span = mask->span;
+  if (consume("with")) {
+    std::optional<Token> score = declared_name();
+    if (!score) return false;
+    decl.variant_score = text_of(*score);
+    decl.variant_score_span = score->span;
+  }
+  decl.span = span_from(keyword.span.offset);
+  return true;
+}
+
+// type = "int" | "bool" | "float" | name
 // Any name parses as a type so that the checker can say which types are supported.
 bool Parser::type(Decl& decl) {
   const Token& token = peek();
   std::string_view word = text_of(token);
-  bool builtin_type = token.kind == TokenKind::Keyword && (word == "int" || word == "bool");
+  bool builtin_type =
+      token.kind == TokenKind::Keyword && (word == "int" || word == "bool" || word == "float");
   if (!builtin_type && token.kind != TokenKind::Ident) {
     syntax_error(token, "expected a type, found " + describe(token));
     return false;
   }
   decl.type_span = token.span;
-  decl.declared_type = word == "int" ? Type::Int : word == "bool" ? Type::Bool : Type::Error;
+  decl.declared_type = !builtin_type    ? Type::Error
+                       : word == "int"  ? Type::Int
+                       : word == "bool" ? Type::Bool
+                                        : Type::Float;
   advance();
+  return true;
+}
+
+// dims = "[" name ("," name)* "]"
+// Any number of dimensions but 0 parses, so that the checker can say how many are supported.
+bool Parser::dims(Decl& decl) {
+  Token open = advance();
+  ++paren_depth_;
+  if (at("]")) {
+    Token close = peek();
+    syntax_error({TokenKind::Punct, cover(open.span, close.span)},
+                 "an array has 1 or 2 dimensions, found 0");
+    return false;
+  }
+  do {
+    const Token& token = peek();
+    if (token.kind != TokenKind::Ident) {
+      syntax_error(token, "expected a dimension name, found " + describe(token));
+      return false;
+    }
+    decl.dims.push_back({std::string(text_of(token)), token.span});
+    advance();
+  } while (consume(","));
+  if (!expect("]")) return false;
+  --paren_depth_;
   return true;
 }
 
@@ -322,9 +435,33 @@ bool Parser::body(Decl& decl) {
   return decl.value != nullptr;
 }
 
-// expr = or_expr
+// expr = conditional
 ExprPtr Parser::expr() {
-  return or_expr();
+  return conditional();
+}
+
+// conditional = or_expr ("?" conditional ":" conditional)?
+// Right-associative: `a ? b : c ? d : e` is `a ? b : (c ? d : e)`. A newline right after
+// `?` or `:` continues the expression.
+ExprPtr Parser::conditional() {
+  ExprPtr condition = or_expr();
+  if (!condition || !at("?")) return condition;
+  Token question = advance();
+  skip_newlines();
+  if (!enter_level(question)) return nullptr;
+  ExprPtr then_value = conditional();
+  if (!then_value || !expect(":")) return nullptr;
+  skip_newlines();
+  ExprPtr else_value = conditional();
+  if (!else_value) return nullptr;
+  --levels_;
+  ExprPtr node = make_expr(Expr::Kind::Conditional, cover(condition->span, else_value->span));
+  int depth = 1 + std::max({take_depth(condition.get()), take_depth(then_value.get()),
+                            take_depth(else_value.get())});
+  node->args.push_back(std::move(condition));
+  node->args.push_back(std::move(then_value));
+  node->args.push_back(std::move(else_value));
+  return with_depth(std::move(node), depth, question);
 }
 
 // or_expr = and_expr ("||" and_expr)*
@@ -397,15 +534,33 @@ ExprPtr Parser::unary() {
   return with_depth(std::move(node), depth, op_token);
 }
 
-// primary = parenthesized | call | name | int_lit | "true" | "false"
+// primary = parenthesized | reduce | call | index | name | int_lit | float_lit
+//         | "true" | "false"
+// `score` is a keyword (it starts a declaration) but reads as a name in an expression.
 ExprPtr Parser::primary() {
   Token token = peek();
   if (at("(")) return parenthesized();
+  if (at("any") || at("all")) return reduce();
   if (token.kind == TokenKind::IntLit) {
     advance();
     ExprPtr literal = make_expr(Expr::Kind::IntLit, token.span);
     literal->int_value = literal_value(text_of(token));
     return with_depth(std::move(literal), 0, token);
+  }
+  if (token.kind == TokenKind::FloatLit) {
+    advance();
+    ExprPtr literal = make_expr(Expr::Kind::FloatLit, token.span);
+    literal->float_value = float_literal_value(text_of(token));
+    return with_depth(std::move(literal), 0, token);
+  }
+  if (at("int") || at("float")) {
+    advance();
+    if (!at("(")) {
+      syntax_error(peek(), fmt::format("expected '(' after '{}', found {}", text_of(token),
+                                       describe(peek())));
+      return nullptr;
+    }
+    return call(token);
   }
   if (at("true") || at("false")) {
     advance();
@@ -413,18 +568,24 @@ ExprPtr Parser::primary() {
     literal->int_value = text_of(token) == "true" ? 1 : 0;
     return with_depth(std::move(literal), 0, token);
   }
-  if (token.kind == TokenKind::Ident) {
+  // A line that starts with `score NAME` is a score declaration, whatever precedes it: a
+  // body left unfinished after an operator stops there rather than swallow the line.
+  bool score_declaration =
+      at("score") && starts_declaration_line(pos_) && tokens_[pos_ + 1].kind == TokenKind::Ident;
+  if (token.kind == TokenKind::Ident || (at("score") && !score_declaration)) {
     advance();
     if (at("(")) return call(token);
+    if (at("[")) return index(token);
     ExprPtr name = make_expr(Expr::Kind::Name, token.span);
     name->name = text_of(token);
+    name->name_span = token.span;
     return with_depth(std::move(name), 0, token);
   }
   syntax_error(token, "expected an expression, found " + describe(token));
   return nullptr;
 }
 
-// parenthesized = "(" expr ")"
+// parenthesized = "(" conditional ")"
 // The parentheses make no node; they widen the inner expression's span.
 ExprPtr Parser::parenthesized() {
   Token open = advance();
@@ -439,15 +600,32 @@ ExprPtr Parser::parenthesized() {
   return with_depth(std::move(inner), depth, open);
 }
 
-// call = name "(" (expr ("," expr)*)? ")"
+// call = (name | "int" | "float") "(" (conditional ("," conditional)*)? ")"
+// Any number of arguments parses, so that the checker can report a wrong count.
 ExprPtr Parser::call(const Token& name) {
+  ExprPtr node = make_expr(Expr::Kind::Call, name.span);
+  node->name = text_of(name);
+  node->name_span = name.span;
+  return argument_list(std::move(node), name, ")");
+}
+
+// index = name "[" (conditional ("," conditional)*)? "]"
+// Any number of indices parses, so that the checker can report a wrong count.
+ExprPtr Parser::index(const Token& name) {
+  ExprPtr node = make_expr(Expr::Kind::Index, name.span);
+  node->name = text_of(name);
+  node->name_span = name.span;
+  return argument_list(std::move(node), name, "]");
+}
+
+// The bracketed, comma-separated arguments of a call or an index, up to `close`; `node`
+// starts at `first`.
+ExprPtr Parser::argument_list(ExprPtr node, const Token& first, std::string_view close) {
   Token open = advance();
   if (!enter_level(open)) return nullptr;
   ++paren_depth_;
-  ExprPtr node = make_expr(Expr::Kind::Call, name.span);
-  node->name = text_of(name);
   int depth = 0;
-  if (!at(")")) {
+  if (!at(close)) {
     do {
       ExprPtr arg = expr();
       if (!arg) return nullptr;
@@ -455,11 +633,47 @@ ExprPtr Parser::call(const Token& name) {
       node->args.push_back(std::move(arg));
     } while (consume(","));
   }
-  if (!expect(")")) return nullptr;
+  if (!expect(close)) return nullptr;
   --paren_depth_;
   --levels_;
-  node->span = span_from(name.span.offset);
+  node->span = span_from(first.span.offset);
   return with_depth(std::move(node), depth + 1, open);
+}
+
+// reduce = ("any" | "all") "(" name "<" conditional ":" conditional ")"
+ExprPtr Parser::reduce() {
+  Token keyword = advance();
+  ExprPtr node = make_expr(Expr::Kind::Reduce, keyword.span);
+  node->reduce_all = text_of(keyword) == "all";
+  if (!at("(")) {
+    syntax_error(peek(), fmt::format("expected '(' after '{}', found {}", text_of(keyword),
+                                     describe(peek())));
+    return nullptr;
+  }
+  Token open = advance();
+  if (!enter_level(open)) return nullptr;
+  ++paren_depth_;
+  const Token& variable = peek();
+  if (variable.kind != TokenKind::Ident) {
+    syntax_error(variable, fmt::format("expected the name of the variable of '{}', found {}",
+                                       text_of(keyword), describe(variable)));
+    return nullptr;
+  }
+  node->name = text_of(variable);
+  node->name_span = variable.span;
+  advance();
+  if (!expect("<")) return nullptr;
+  ExprPtr count = expr();
+  if (!count || !expect(":")) return nullptr;
+  ExprPtr predicate = expr();
+  if (!predicate || !expect(")")) return nullptr;
+  --paren_depth_;
+  --levels_;
+  node->span = span_from(keyword.span.offset);
+  int depth = 1 + std::max(take_depth(count.get()), take_depth(predicate.get()));
+  node->args.push_back(std::move(count));
+  node->args.push_back(std::move(predicate));
+  return with_depth(std::move(node), depth, open);
 }
 
 }  // namespace

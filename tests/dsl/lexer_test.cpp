@@ -64,6 +64,53 @@ TEST_CASE("keywords are whole words", "[dsl][lexer]") {
   CHECK(lexed.tokens[5].kind == TokenKind::Keyword);
 }
 
+TEST_CASE("the full language's keywords and punctuation", "[dsl][lexer]") {
+  Lexed lexed = lex("score variant with float any all scores any_x ? [ ] ?:");
+  REQUIRE(lexed.diagnostics.empty());
+  std::vector<TokenKind> kinds;
+  for (const Token& token : lexed.tokens)
+    kinds.push_back(token.kind);
+  CHECK(kinds == std::vector<TokenKind>{TokenKind::Keyword, TokenKind::Keyword, TokenKind::Keyword,
+                                        TokenKind::Keyword, TokenKind::Keyword, TokenKind::Keyword,
+                                        TokenKind::Ident, TokenKind::Ident, TokenKind::Punct,
+                                        TokenKind::Punct, TokenKind::Punct, TokenKind::Punct,
+                                        TokenKind::Punct, TokenKind::End});
+  CHECK(lexed.text_of(11) == "?");
+  CHECK(lexed.text_of(12) == ":");
+}
+
+TEST_CASE("float literals: a point, an exponent, or both", "[dsl][lexer]") {
+  Lexed lexed = lex("50.0 1.5e-3 2e4 1. 1.e5 7E+2 0.000 42");
+  REQUIRE(lexed.diagnostics.empty());
+  std::vector<std::string_view> floats;
+  for (size_t i = 0; i + 1 < lexed.tokens.size(); ++i) {
+    if (lexed.tokens[i].kind == TokenKind::FloatLit) floats.push_back(lexed.text_of(i));
+  }
+  CHECK(floats ==
+        std::vector<std::string_view>{"50.0", "1.5e-3", "2e4", "1.", "1.e5", "7E+2", "0.000"});
+  CHECK(lexed.tokens[7].kind == TokenKind::IntLit);
+  // `.5` is not a literal: a number starts with a digit.
+  Lexed dot = lex(".5");
+  REQUIRE(dot.diagnostics.size() == 1);
+  CHECK(dot.diagnostics[0].message == "unexpected character '.'");
+  CHECK(dot.tokens[0].kind == TokenKind::IntLit);
+}
+
+TEST_CASE("a float literal followed by letters or a second point is one bad literal",
+          "[dsl][lexer]") {
+  Lexed lexed = lex("1.5f 1.5.2 2e 3e+ 1e5x");
+  REQUIRE(lexed.diagnostics.size() == 5);
+  CHECK(lexed.diagnostics[0].message == "invalid float literal '1.5f'");
+  CHECK(lexed.diagnostics[1].message == "invalid float literal '1.5.2'");
+  CHECK(lexed.diagnostics[1].span.length == 5);
+  // An `e` with no digits after it is no exponent: the literal is an integer with letters.
+  CHECK(lexed.diagnostics[2].message == "invalid integer literal '2e'");
+  CHECK(lexed.diagnostics[3].message == "invalid integer literal '3e'");
+  CHECK(lexed.diagnostics[4].message == "invalid float literal '1e5x'");
+  // `3e` then `+`: the sign is an operator again.
+  CHECK(lexed.text_of(4) == "+");
+}
+
 TEST_CASE("a literal followed by letters is one bad literal", "[dsl][lexer]") {
   Lexed lexed = lex("12ab 0x10 007");
   REQUIRE(lexed.diagnostics.size() == 2);

@@ -43,6 +43,13 @@ std::string format_diagnostic(const Source& source, const Diagnostic& diagnostic
 // Every diagnostic in order, formatted as above.
 std::string format_diagnostics(const Source& source, const std::vector<Diagnostic>& diagnostics);
 
+// Every diagnostic as one JSON document for editors:
+// {"file": NAME, "diagnostics": [{"severity": "error"|"warning", "line": L, "column": C,
+//   "end_line": L2, "end_column": C2, "offset": O, "length": N, "message": M}, ...]}
+// (1-based lines and columns, the end exclusive). Ends with a newline.
+std::string format_diagnostics_json(const Source& source,
+                                    const std::vector<Diagnostic>& diagnostics);
+
 bool has_errors(const std::vector<Diagnostic>& diagnostics);
 
 // `text` in single quotes for a message (`unknown name 'windw'`): bytes that are not printable

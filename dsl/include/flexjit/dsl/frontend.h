@@ -12,9 +12,10 @@ namespace flexjit::dsl {
 enum class TokenKind : uint8_t {
   Ident,
   IntLit,
-  Punct,    // operators and punctuation: + - * / % < <= > >= == != && || ! ( ) , : =
-  Keyword,  // param const mask true false int bool
-  Newline,  // declarations end at a newline unless inside parentheses or after an operator
+  FloatLit,  // digits with a `.` and/or an exponent: 1.5, 50.0, 1e-3, .5 is not one
+  Punct,     // operators and punctuation: + - * / % < <= > >= == != && || ! ? ( ) [ ] , : =
+  Keyword,   // param const mask score variant with true false int bool float any all
+  Newline,   // declarations end at a newline unless inside parentheses or after an operator
   End,
 };
 
@@ -33,8 +34,10 @@ std::vector<Token> tokenize(const Source& source, std::vector<Diagnostic>& diagn
 Module parse(Source source, std::vector<Diagnostic>& diagnostics);
 
 // Resolves names, computes types and reports every semantic error (unknown name, type
-// mismatch, wrong arity, duplicate declaration, cycle among masks, literal out of int32
-// range, constant division by zero) and warnings (unused parameter).
+// mismatch, wrong arity, duplicate declaration, cycle among masks, scores or constants, a
+// mask using `score`, literal out of range, constant division by zero, a bad `any`/`all`
+// count, a variant naming something that is not a mask or a score) and warnings (unused
+// parameter).
 void check(Module& module, std::vector<Diagnostic>& diagnostics);
 
 // parse + check.
