@@ -1,8 +1,11 @@
-// The CUDA variant struct of a mask (DESIGN.md §5). Every IR node becomes one statement that
-// calls the fj_ops.cuh function the host evaluator and classifier call for it, so the device
-// computes exactly what the host does.
+// The CUDA variant struct of a mask and its score (DESIGN.md §5). Every IR node becomes one
+// statement that calls the fj_ops.cuh function the host evaluator and classifier call for it,
+// so the device computes exactly what the host does.
 #include <fmt/format.h>
 
+#include <array>
+#include <charconv>
+#include <cmath>
 #include <unordered_map>
 
 #include "flexjit/compiler/mask.h"
@@ -12,45 +15,57 @@ namespace flexjit {
 namespace {
 
 // How one operation is written: a call `fj::wrap_add(a, b)` or an operator `(a < b)` on
-// values, and the fj::ival function on intervals.
+// values, and the fj::ival / fj::fival function on intervals.
 struct Spelling {
   const char* scalar;
   bool scalar_is_operator;
   const char* interval;
 };
 
-Spelling spelling_of(ir::ExprKind kind) {
+// `operand_type` is the type of the first operand, except for Select, where it is the type of
+// the branches.
+Spelling spelling_of(ir::ExprKind kind, ir::Type operand_type) {
+  const bool is_float = operand_type == ir::Type::Float;
   switch (kind) {
     case ir::ExprKind::Add:
-      return {"fj::wrap_add", false, "fj::ival::add"};
+      return is_float ? Spelling{"fj::fadd", false, "fj::fival::add"}
+                      : Spelling{"fj::wrap_add", false, "fj::ival::add"};
     case ir::ExprKind::Sub:
-      return {"fj::wrap_sub", false, "fj::ival::sub"};
+      return is_float ? Spelling{"fj::fsub", false, "fj::fival::sub"}
+                      : Spelling{"fj::wrap_sub", false, "fj::ival::sub"};
     case ir::ExprKind::Mul:
-      return {"fj::wrap_mul", false, "fj::ival::mul"};
+      return is_float ? Spelling{"fj::fmul", false, "fj::fival::mul"}
+                      : Spelling{"fj::wrap_mul", false, "fj::ival::mul"};
     case ir::ExprKind::Div:
-      return {"fj::floordiv", false, "fj::ival::div"};
+      return is_float ? Spelling{"fj::fdiv", false, "fj::fival::div"}
+                      : Spelling{"fj::floordiv", false, "fj::ival::div"};
     case ir::ExprKind::Mod:
-      return {"fj::floormod", false, "fj::ival::mod"};
+      return is_float ? Spelling{"fj::fmod_floor", false, "fj::fival::mod"}
+                      : Spelling{"fj::floormod", false, "fj::ival::mod"};
     case ir::ExprKind::Min:
-      return {"fj::min", false, "fj::ival::min"};
+      return is_float ? Spelling{"fj::fmin", false, "fj::fival::min"}
+                      : Spelling{"fj::min", false, "fj::ival::min"};
     case ir::ExprKind::Max:
-      return {"fj::max", false, "fj::ival::max"};
+      return is_float ? Spelling{"fj::fmax", false, "fj::fival::max"}
+                      : Spelling{"fj::max", false, "fj::ival::max"};
     case ir::ExprKind::Abs:
-      return {"fj::wrap_abs", false, "fj::ival::abs"};
+      return is_float ? Spelling{"fj::fabs", false, "fj::fival::abs"}
+                      : Spelling{"fj::wrap_abs", false, "fj::ival::abs"};
     case ir::ExprKind::Neg:
-      return {"fj::wrap_neg", false, "fj::ival::neg"};
+      return is_float ? Spelling{"fj::fneg", false, "fj::fival::neg"}
+                      : Spelling{"fj::wrap_neg", false, "fj::ival::neg"};
     case ir::ExprKind::EQ:
-      return {"==", true, "fj::ival::eq"};
+      return {"==", true, is_float ? "fj::fival::eq" : "fj::ival::eq"};
     case ir::ExprKind::NE:
-      return {"!=", true, "fj::ival::ne"};
+      return {"!=", true, is_float ? "fj::fival::ne" : "fj::ival::ne"};
     case ir::ExprKind::LT:
-      return {"<", true, "fj::ival::lt"};
+      return {"<", true, is_float ? "fj::fival::lt" : "fj::ival::lt"};
     case ir::ExprKind::LE:
-      return {"<=", true, "fj::ival::le"};
+      return {"<=", true, is_float ? "fj::fival::le" : "fj::ival::le"};
     case ir::ExprKind::GT:
-      return {">", true, "fj::ival::gt"};
+      return {">", true, is_float ? "fj::fival::gt" : "fj::ival::gt"};
     case ir::ExprKind::GE:
-      return {">=", true, "fj::ival::ge"};
+      return {">=", true, is_float ? "fj::fival::ge" : "fj::ival::ge"};
     case ir::ExprKind::And:
       return {"&&", true, "fj::ival::logical_and"};
     case ir::ExprKind::Or:
@@ -58,8 +73,33 @@ Spelling spelling_of(ir::ExprKind kind) {
     case ir::ExprKind::Not:
       return {"!", true, "fj::ival::logical_not"};
     case ir::ExprKind::Select:
-      return {"?", true, "fj::ival::select"};
+      return {"?", true, is_float ? "fj::fival::select" : "fj::ival::select"};
+    // Conversions of a Bool: see StatementWriter::operation().
+    case ir::ExprKind::ToInt:
+      return {"fj::float_to_int", false, "fj::fival::to_int"};
+    case ir::ExprKind::ToFloat:
+      return {"fj::int_to_float", false, "fj::fival::from_int"};
+    case ir::ExprKind::Tanh:
+      return {"fj::ftanh", false, "fj::fival::tanh"};
+    case ir::ExprKind::Exp:
+      return {"fj::fexp", false, "fj::fival::exp"};
+    case ir::ExprKind::Exp2:
+      return {"fj::fexp2", false, "fj::fival::exp2"};
+    case ir::ExprKind::Log:
+      return {"fj::flog", false, "fj::fival::log"};
+    case ir::ExprKind::Log2:
+      return {"fj::flog2", false, "fj::fival::log2"};
+    case ir::ExprKind::Sqrt:
+      return {"fj::fsqrt", false, "fj::fival::sqrt"};
+    case ir::ExprKind::Sigmoid:
+      return {"fj::fsigmoid", false, "fj::fival::sigmoid"};
+    case ir::ExprKind::Floor:
+      return {"fj::ffloor", false, "fj::fival::floor"};
+    case ir::ExprKind::Ceil:
+      return {"fj::fceil", false, "fj::fival::ceil"};
+    case ir::ExprKind::Load:  // written by StatementWriter::load()
     case ir::ExprKind::IntImm:
+    case ir::ExprKind::FloatImm:
     case ir::ExprKind::BoolImm:
     case ir::ExprKind::Var:
     case ir::ExprKind::Param:
@@ -73,9 +113,31 @@ std::string int_literal(int32_t value) {
   return value == INT32_MIN ? "(-2147483647 - 1)" : std::to_string(value);
 }
 
+// A float literal that denotes exactly `value`: a hexadecimal float (a decimal literal may be
+// rounded either way by the compiler), and inf / NaN by their bits.
+std::string float_literal(float value) {
+  if (std::isnan(value)) return "fj::bits_to_float(0x7fffffff)";
+  if (std::isinf(value)) {
+    return value < 0 ? "(-fj::bits_to_float(0x7f800000))" : "fj::bits_to_float(0x7f800000)";
+  }
+  std::array<char, 64> buffer{};
+  const auto [end, error] = std::to_chars(buffer.data(), buffer.data() + buffer.size(),
+                                          std::fabs(value), std::chars_format::hex);
+  return fmt::format("{}0x{}f", std::signbit(value) ? "-" : "",
+                     std::string_view(buffer.data(), end));
+}
+
 std::string param_read(const ir::Param* param) {
   const std::string slot = fmt::format("p.scalar[{}]", param->slot);
-  return param->type == ir::Type::Bool ? "(" + slot + " != 0)" : slot;
+  switch (param->type) {
+    case ir::Type::Bool:
+      return "(" + slot + " != 0)";
+    case ir::Type::Float:
+      return "fj::bits_to_float(" + slot + ")";
+    case ir::Type::Int:
+      break;
+  }
+  return slot;
 }
 
 // Writes the statements of one hook body, one per operation node, shared nodes once.
@@ -93,22 +155,11 @@ class StatementWriter {
     for (int i = 0; i < ir::operand_count(e.kind()); ++i) {
       operands.push_back(value_of(ir::operand(e, i)));
     }
-    const Spelling spelling = spelling_of(e.kind());
-    std::string value;
-    if (intervals_ || !spelling.scalar_is_operator) {
-      value = fmt::format("{}({})", intervals_ ? spelling.interval : spelling.scalar,
-                          fmt::join(operands, ", "));
-    } else if (e.kind() == ir::ExprKind::Select) {
-      value = fmt::format("({} ? {} : {})", operands[0], operands[1], operands[2]);
-    } else if (operands.size() == 1) {
-      value = fmt::format("({}{})", spelling.scalar, operands[0]);
-    } else {
-      value = fmt::format("({} {} {})", operands[0], spelling.scalar, operands[1]);
-    }
+    const std::string value =
+        e.kind() == ir::ExprKind::Load ? load(e.as<ir::Load>(), operands) : operation(e, operands);
 
     std::string name = fmt::format("t{}", names_.size());
-    const char* type = intervals_ ? "fj::Interval" : e.type() == ir::Type::Bool ? "bool" : "int";
-    code_ += fmt::format("    const {} {} = {};\n", type, name, value);
+    code_ += fmt::format("    const {} {} = {};\n", type_name(e.type()), name, value);
     names_.emplace(e.get(), name);
     return name;
   }
@@ -116,11 +167,55 @@ class StatementWriter {
   const std::string& code() const { return code_; }
 
  private:
+  std::string operation(const ir::Expr& e, const std::vector<std::string>& operands) const {
+    const bool is_select = e.kind() == ir::ExprKind::Select;
+    const ir::Type operand_type = ir::operand(e, is_select ? 1 : 0).type();
+    // A Bool is 0 or 1: int(b) and float(b) are a choice on values. On intervals a Bool's
+    // {0, 1} interval is already an int one (int(b) copies it) and converts to float as one.
+    if (operand_type == ir::Type::Bool && e.kind() == ir::ExprKind::ToInt) {
+      return intervals_ ? operands[0] : fmt::format("({} ? 1 : 0)", operands[0]);
+    }
+    if (operand_type == ir::Type::Bool && e.kind() == ir::ExprKind::ToFloat && !intervals_) {
+      return fmt::format("({} ? 1.0f : 0.0f)", operands[0]);
+    }
+    const Spelling spelling = spelling_of(e.kind(), operand_type);
+    if (intervals_) return fmt::format("{}({})", spelling.interval, fmt::join(operands, ", "));
+    if (!spelling.scalar_is_operator) {
+      return fmt::format("{}({})", spelling.scalar, fmt::join(operands, ", "));
+    }
+    if (is_select) return fmt::format("({} ? {} : {})", operands[0], operands[1], operands[2]);
+    if (operands.size() == 1) return fmt::format("({}{})", spelling.scalar, operands[0]);
+    return fmt::format("({} {} {})", operands[0], spelling.scalar, operands[1]);
+  }
+
+  std::string load(const ir::Load* op, const std::vector<std::string>& operands) const {
+    const bool is_float = op->type == ir::Type::Float;
+    const char* function = intervals_ ? (is_float ? "fj::fival::load_float" : "fj::ival::load_int")
+                                      : (is_float ? "fj::load_float" : "fj::load_int");
+    return fmt::format("{}(p.array[{}], {}, {})", function, op->slot, operands[0], operands[1]);
+  }
+
+  const char* type_name(ir::Type type) const {
+    switch (type) {
+      case ir::Type::Bool:
+        return intervals_ ? "fj::Interval" : "bool";
+      case ir::Type::Int:
+        return intervals_ ? "fj::Interval" : "int";
+      case ir::Type::Float:
+        return intervals_ ? "fj::FloatInterval" : "float";
+    }
+    return "?";
+  }
+
   std::string leaf(const ir::Expr& e) const {
     switch (e.kind()) {
       case ir::ExprKind::IntImm: {
         const std::string literal = int_literal(e.as<ir::IntImm>()->value);
         return intervals_ ? fmt::format("fj::Interval::point({})", literal) : literal;
+      }
+      case ir::ExprKind::FloatImm: {
+        const std::string literal = float_literal(e.as<ir::FloatImm>()->value);
+        return intervals_ ? fmt::format("fj::FloatInterval::point({})", literal) : literal;
       }
       case ir::ExprKind::BoolImm: {
         const char* literal = e.as<ir::BoolImm>()->value ? "true" : "false";
@@ -128,6 +223,11 @@ class StatementWriter {
       }
       case ir::ExprKind::Var: {
         const ir::Variable variable = e.as<ir::Var>()->variable;
+        // The score hook's parameter. classify() sees masks only, which never read the score;
+        // should one, every float is a sound value for it.
+        if (variable == ir::Variable::Score) {
+          return intervals_ ? "fj::FloatInterval::everything()" : "s";
+        }
         const char* name = ir::variable_name(variable);
         // q and kv are ranges declared at the top of classify(); b and h are concrete.
         const bool ranged = variable == ir::Variable::Q || variable == ir::Variable::KV;
@@ -136,8 +236,10 @@ class StatementWriter {
       case ir::ExprKind::Param: {
         const ir::Param* param = e.as<ir::Param>();
         if (!intervals_) return param_read(param);
-        return fmt::format("fj::Interval::{}({})",
-                           param->type == ir::Type::Bool ? "boolean" : "point", param_read(param));
+        const char* constructor = param->type == ir::Type::Bool    ? "fj::Interval::boolean"
+                                  : param->type == ir::Type::Float ? "fj::FloatInterval::point"
+                                                                   : "fj::Interval::point";
+        return fmt::format("{}({})", constructor, param_read(param));
       }
       default:
         return "";
@@ -151,26 +253,39 @@ class StatementWriter {
 
 }  // namespace
 
-std::string emit_cuda_variant(const MaskFunction& mask, std::string_view struct_name) {
-  const ir::Expr body = mask.body.defined() ? mask.body : ir::BoolImm::make(false);
+std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name) {
+  const ir::Expr mask = variant.mask.defined() ? variant.mask : ir::BoolImm::make(false);
 
-  StatementWriter scalar(false);
-  const std::string mask_value = scalar.value_of(body);
+  StatementWriter mask_writer(false);
+  const std::string mask_value = mask_writer.value_of(mask);
   StatementWriter interval(true);
-  const std::string class_value = interval.value_of(body);
+  const std::string class_value = interval.value_of(mask);
+
+  std::string score_code = "    return s;\n";
+  std::string provenance = fmt::format("mask `{}`", variant.mask_name);
+  std::string score_comment;
+  if (variant.has_score()) {
+    StatementWriter score_writer(false);
+    const std::string score_value = score_writer.value_of(variant.score);
+    score_code = score_writer.code() + fmt::format("    return {};\n", score_value);
+    provenance += fmt::format(", score `{}`", variant.score_name);
+    score_comment = fmt::format("// score: {}\n", ir::to_string(variant.score));
+  }
 
   std::string ranges;
-  if (ir::uses_variable(body, ir::Variable::Q)) {
+  if (ir::uses_variable(mask, ir::Variable::Q)) {
     ranges += "    const fj::Interval q = fj::Interval::range(q0, (fj::i64)q1 - 1);\n";
   }
-  if (ir::uses_variable(body, ir::Variable::KV)) {
+  if (ir::uses_variable(mask, ir::Variable::KV)) {
     ranges += "    const fj::Interval kv = fj::Interval::range(k0, (fj::i64)k1 - 1);\n";
   }
 
   return fmt::format(
-      "// generated by flexjit from mask `{name}`: {ir}\n"
+      "// generated by flexjit from variant `{name}` ({provenance})\n"
+      "// mask: {mask_ir}\n"
+      "{score_comment}"
       "struct {struct_name} {{\n"
-      "  static constexpr bool kHasScore = false;\n"
+      "  static constexpr bool kHasScore = {has_score};\n"
       "  static constexpr bool kUsesHead = {uses_head};\n"
       "\n"
       "  __device__ __forceinline__ bool mask(const fj::MaskParams& p, int b, int h, int q, "
@@ -181,7 +296,7 @@ std::string emit_cuda_variant(const MaskFunction& mask, std::string_view struct_
       "\n"
       "  __device__ __forceinline__ float score(const fj::MaskParams& p, float s, int b, int h, "
       "int q, int kv) const {{\n"
-      "    return s;\n"
+      "{score_code}"
       "  }}\n"
       "\n"
       "  // q in [q0, q1), kv in [k0, k1), half-open; empty range => Empty\n"
@@ -193,9 +308,11 @@ std::string emit_cuda_variant(const MaskFunction& mask, std::string_view struct_
       "    return fj::tile_class({class_value});\n"
       "  }}\n"
       "}};\n",
-      fmt::arg("name", mask.name), fmt::arg("ir", ir::to_string(body)),
-      fmt::arg("struct_name", struct_name), fmt::arg("uses_head", mask.uses_head),
-      fmt::arg("mask_code", scalar.code()), fmt::arg("mask_value", mask_value),
+      fmt::arg("name", variant.name), fmt::arg("provenance", provenance),
+      fmt::arg("mask_ir", ir::to_string(mask)), fmt::arg("score_comment", score_comment),
+      fmt::arg("struct_name", struct_name), fmt::arg("has_score", variant.has_score()),
+      fmt::arg("uses_head", variant.uses_head), fmt::arg("mask_code", mask_writer.code()),
+      fmt::arg("mask_value", mask_value), fmt::arg("score_code", score_code),
       fmt::arg("ranges", ranges), fmt::arg("class_code", interval.code()),
       fmt::arg("class_value", class_value));
 }

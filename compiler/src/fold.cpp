@@ -3,39 +3,49 @@
 #include <array>
 #include <unordered_map>
 
-#include "flexjit/compiler/ir.h"
-#include "flexjit/compiler/semantics.h"
+#include "passes.h"
 
 namespace flexjit::ir {
 
-namespace {
+namespace detail {
 
-// The value of a constant (Bool as 0 or 1), or nullopt.
-std::optional<int32_t> constant_value(const Expr& e) {
-  if (const IntImm* number = e.as<IntImm>()) return number->value;
-  if (const BoolImm* truth = e.as<BoolImm>()) return truth->value ? 1 : 0;
+std::optional<Value> constant_value(const Expr& e) {
+  if (const IntImm* number = e.as<IntImm>()) return Value::of_int(number->value);
+  if (const FloatImm* number = e.as<FloatImm>()) return Value::of_float(number->value);
+  if (const BoolImm* truth = e.as<BoolImm>()) return Value::of_bool(truth->value);
   return std::nullopt;
 }
 
-Expr make_constant(Type type, int32_t value) {
-  return type == Type::Bool ? BoolImm::make(value != 0) : IntImm::make(value);
+Expr make_constant(Type type, const Value& value) {
+  switch (type) {
+    case Type::Bool:
+      return BoolImm::make(value.i != 0);
+    case Type::Int:
+      return IntImm::make(value.i);
+    case Type::Float:
+      return FloatImm::make(value.f);
+  }
+  return Expr();
 }
 
-// `e` with its operands already folded, folded once more at the top.
 Expr fold_node(const Expr& e) {
   const int count = operand_count(e.kind());
-  if (count == 0) return e;
+  // A Load reads runtime memory: never a constant, whatever its indices.
+  if (count == 0 || e.kind() == ExprKind::Load) return e;
 
-  std::array<int32_t, 3> values{};
+  std::array<Value, 3> values{};
+  std::array<Type, 3> types{};
   bool all_constant = true;
   for (int i = 0; i < count; ++i) {
-    const std::optional<int32_t> value = constant_value(operand(e, i));
+    const std::optional<Value> value = constant_value(operand(e, i));
     all_constant = all_constant && value.has_value();
     if (value) values[i] = *value;
+    types[i] = operand(e, i).type();
   }
   if (all_constant) {
     return make_constant(e.type(),
-                         apply_operation(e.kind(), std::span<const int32_t>(values.data(), count)));
+                         apply_operation(e.kind(), std::span<const Type>(types.data(), count),
+                                         std::span<const Value>(values.data(), count)));
   }
 
   switch (e.kind()) {
@@ -45,9 +55,9 @@ Expr fold_node(const Expr& e) {
       // The constant that decides the result on its own: false for &&, true for ||.
       const int32_t absorbing = e.kind() == ExprKind::Or ? 1 : 0;
       for (const Expr* side : {&node->a, &node->b}) {
-        const std::optional<int32_t> value = constant_value(*side);
+        const std::optional<Value> value = constant_value(*side);
         if (!value) continue;
-        if (*value == absorbing) return *side;
+        if (value->i == absorbing) return *side;
         return side == &node->a ? node->b : node->a;  // the neutral constant drops out
       }
       return e;
@@ -57,8 +67,8 @@ Expr fold_node(const Expr& e) {
       return e;
     case ExprKind::Select: {
       const Select* select = e.as<Select>();
-      if (const std::optional<int32_t> condition = constant_value(select->condition)) {
-        return *condition != 0 ? select->true_value : select->false_value;
+      if (const std::optional<Value> condition = constant_value(select->condition)) {
+        return condition->i != 0 ? select->true_value : select->false_value;
       }
       return e;
     }
@@ -66,6 +76,10 @@ Expr fold_node(const Expr& e) {
       return e;
   }
 }
+
+}  // namespace detail
+
+namespace {
 
 class ConstantFolder : public IRMutator {
  public:
@@ -75,7 +89,7 @@ class ConstantFolder : public IRMutator {
     if (!e.defined()) return e;
     const auto found = folded_.find(e.get());
     if (found != folded_.end()) return found->second;
-    Expr result = fold_node(IRMutator::mutate(e));
+    Expr result = detail::fold_node(IRMutator::mutate(e));
     folded_.emplace(e.get(), result);
     return result;
   }

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -71,6 +75,8 @@ const char* type_name(Type type) {
       return "bool";
     case Type::Int:
       return "int";
+    case Type::Float:
+      return "float";
   }
   return "?";
 }
@@ -96,6 +102,8 @@ const char* variable_name(Variable variable) {
       return "q";
     case Variable::KV:
       return "kv";
+    case Variable::Score:
+      return "score";
   }
   return "?";
 }
@@ -137,6 +145,7 @@ std::optional<Type> result_type(ExprKind kind, std::span<const Type> operand_typ
     return std::nullopt;
   }
   const Type a = operand_types[0];
+  const bool numeric = a == Type::Int || a == Type::Float;
   switch (kind) {
     case ExprKind::Add:
     case ExprKind::Sub:
@@ -145,11 +154,11 @@ std::optional<Type> result_type(ExprKind kind, std::span<const Type> operand_typ
     case ExprKind::Mod:
     case ExprKind::Min:
     case ExprKind::Max:
-      if (a == Type::Int && operand_types[1] == Type::Int) return Type::Int;
+      if (numeric && operand_types[1] == a) return a;
       return std::nullopt;
     case ExprKind::Abs:
     case ExprKind::Neg:
-      if (a == Type::Int) return Type::Int;
+      if (numeric) return a;
       return std::nullopt;
     case ExprKind::EQ:
     case ExprKind::NE:
@@ -159,7 +168,7 @@ std::optional<Type> result_type(ExprKind kind, std::span<const Type> operand_typ
     case ExprKind::LE:
     case ExprKind::GT:
     case ExprKind::GE:
-      if (a == Type::Int && operand_types[1] == Type::Int) return Type::Bool;
+      if (numeric && operand_types[1] == a) return Type::Bool;
       return std::nullopt;
     case ExprKind::And:
     case ExprKind::Or:
@@ -171,7 +180,26 @@ std::optional<Type> result_type(ExprKind kind, std::span<const Type> operand_typ
     case ExprKind::Select:
       if (a == Type::Bool && operand_types[1] == operand_types[2]) return operand_types[1];
       return std::nullopt;
+    case ExprKind::ToInt:
+      if (a == Type::Bool || a == Type::Float) return Type::Int;
+      return std::nullopt;
+    case ExprKind::ToFloat:
+      if (a == Type::Bool || a == Type::Int) return Type::Float;
+      return std::nullopt;
+    case ExprKind::Tanh:
+    case ExprKind::Exp:
+    case ExprKind::Exp2:
+    case ExprKind::Log:
+    case ExprKind::Log2:
+    case ExprKind::Sqrt:
+    case ExprKind::Sigmoid:
+    case ExprKind::Floor:
+    case ExprKind::Ceil:
+      if (a == Type::Float) return Type::Float;
+      return std::nullopt;
+    case ExprKind::Load:  // typed by its array, in Load::make()
     case ExprKind::IntImm:
+    case ExprKind::FloatImm:
     case ExprKind::BoolImm:
     case ExprKind::Var:
     case ExprKind::Param:
@@ -183,6 +211,7 @@ std::optional<Type> result_type(ExprKind kind, std::span<const Type> operand_typ
 int operand_count(ExprKind kind) {
   switch (kind) {
     case ExprKind::IntImm:
+    case ExprKind::FloatImm:
     case ExprKind::BoolImm:
     case ExprKind::Var:
     case ExprKind::Param:
@@ -190,17 +219,45 @@ int operand_count(ExprKind kind) {
     case ExprKind::Abs:
     case ExprKind::Neg:
     case ExprKind::Not:
+    case ExprKind::ToInt:
+    case ExprKind::ToFloat:
+    case ExprKind::Tanh:
+    case ExprKind::Exp:
+    case ExprKind::Exp2:
+    case ExprKind::Log:
+    case ExprKind::Log2:
+    case ExprKind::Sqrt:
+    case ExprKind::Sigmoid:
+    case ExprKind::Floor:
+    case ExprKind::Ceil:
       return 1;
     case ExprKind::Select:
       return 3;
-    default:
+    case ExprKind::Load:
+    case ExprKind::Add:
+    case ExprKind::Sub:
+    case ExprKind::Mul:
+    case ExprKind::Div:
+    case ExprKind::Mod:
+    case ExprKind::Min:
+    case ExprKind::Max:
+    case ExprKind::EQ:
+    case ExprKind::NE:
+    case ExprKind::LT:
+    case ExprKind::LE:
+    case ExprKind::GT:
+    case ExprKind::GE:
+    case ExprKind::And:
+    case ExprKind::Or:
       return 2;
   }
+  return 0;
 }
 
 const Expr& operand(const Expr& e, int index) {
   const int count = operand_count(e.kind());
   if (index < 0 || index >= count) contract_violation("operand index out of range", e.kind());
+  if (const Load* load = e.as<Load>()) return index == 0 ? load->row : load->col;
   if (count == 1) return static_cast<const UnaryNode*>(e.get())->a;
   if (count == 2) {
     const auto* node = static_cast<const BinaryNode*>(e.get());
@@ -219,6 +276,12 @@ Expr IntImm::make(int32_t value) {
   return Expr(node);
 }
 
+Expr FloatImm::make(float value) {
+  auto* node = new FloatImm();
+  node->value = value;
+  return Expr(node);
+}
+
 Expr BoolImm::make(bool value) {
   auto* node = new BoolImm();
   node->value = value;
@@ -226,7 +289,7 @@ Expr BoolImm::make(bool value) {
 }
 
 Expr Var::make(Variable variable) {
-  auto* node = new Var();
+  auto* node = new Var(variable == Variable::Score ? Type::Float : Type::Int);
   node->variable = variable;
   return Expr(node);
 }
@@ -238,6 +301,24 @@ Expr Param::make(Type type, int slot, std::string name) {
   auto* node = new Param(type);
   node->slot = slot;
   node->name = std::move(name);
+  return Expr(node);
+}
+
+Expr Load::make(Type type, int slot, std::string name, int rank, Expr row, Expr col) {
+  if (type != Type::Int && type != Type::Float) contract_violation("array of bools", kKind);
+  if (slot < 0 || slot >= fj::kMaxArrayParams) contract_violation("array slot out of range", kKind);
+  if (rank != 1 && rank != 2) contract_violation("array rank not 1 or 2", kKind);
+  if (!row.defined() || !col.defined()) contract_violation("undefined operand", kKind);
+  if (row.type() != Type::Int || col.type() != Type::Int)
+    contract_violation("index not int", kKind);
+  auto* node = new Load(type);
+  node->depth = std::max(row->depth, col->depth) + 1;
+  node->tree_size = saturating_add(saturating_add(1, row->tree_size), col->tree_size);
+  node->slot = slot;
+  node->rank = rank;
+  node->name = std::move(name);
+  node->row = std::move(row);
+  node->col = std::move(col);
   return Expr(node);
 }
 
@@ -272,6 +353,17 @@ FJ_DEFINE_BINARY_MAKE(GE)
 FJ_DEFINE_BINARY_MAKE(And)
 FJ_DEFINE_BINARY_MAKE(Or)
 FJ_DEFINE_UNARY_MAKE(Not)
+FJ_DEFINE_UNARY_MAKE(ToInt)
+FJ_DEFINE_UNARY_MAKE(ToFloat)
+FJ_DEFINE_UNARY_MAKE(Tanh)
+FJ_DEFINE_UNARY_MAKE(Exp)
+FJ_DEFINE_UNARY_MAKE(Exp2)
+FJ_DEFINE_UNARY_MAKE(Log)
+FJ_DEFINE_UNARY_MAKE(Log2)
+FJ_DEFINE_UNARY_MAKE(Sqrt)
+FJ_DEFINE_UNARY_MAKE(Sigmoid)
+FJ_DEFINE_UNARY_MAKE(Floor)
+FJ_DEFINE_UNARY_MAKE(Ceil)
 #undef FJ_DEFINE_UNARY_MAKE
 #undef FJ_DEFINE_BINARY_MAKE
 
@@ -294,7 +386,7 @@ Expr make_from_operands(std::span<const Expr> operands) {
   } else if constexpr (std::is_same_v<Select, Node>) {
     return Select::make(operands[0], operands[1], operands[2]);
   } else {
-    contract_violation("make_operation on a leaf", Node::kKind);
+    contract_violation("make_operation on a leaf or a Load", Node::kKind);
   }
 }
 
@@ -374,6 +466,11 @@ Expr mutate_operands(IRMutator& mutator, const Node* op) {
       return self;
     }
     return Select::make(std::move(condition), std::move(true_value), std::move(false_value));
+  } else if constexpr (std::is_same_v<Load, Node>) {
+    Expr row = mutator.mutate(op->row);
+    Expr col = mutator.mutate(op->col);
+    if (row.same_as(op->row) && col.same_as(op->col)) return self;
+    return Load::make(op->type, op->slot, op->name, op->rank, std::move(row), std::move(col));
   } else {
     return self;  // a leaf
   }
@@ -416,6 +513,22 @@ class ParamFinder : public IRVisitor {
   int slot_;
 };
 
+class ArrayFinder : public IRVisitor {
+ public:
+  explicit ArrayFinder(int slot) : slot_(slot) {}
+  using IRVisitor::visit;
+  bool found = false;
+
+ protected:
+  void visit(const Load* op) override {
+    found = found || op->slot == slot_;
+    IRVisitor::visit(op);
+  }
+
+ private:
+  int slot_;
+};
+
 }  // namespace
 
 bool uses_variable(const Expr& e, Variable variable) {
@@ -428,6 +541,69 @@ bool uses_param(const Expr& e, int slot) {
   ParamFinder finder(slot);
   finder.visit(e);
   return finder.found;
+}
+
+bool uses_array(const Expr& e, int slot) {
+  ArrayFinder finder(slot);
+  finder.visit(e);
+  return finder.found;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Structural equality
+
+namespace {
+
+// Memoized on pairs of nodes, so shared subexpressions are compared once.
+class EqualityChecker {
+ public:
+  bool equal(const Expr& a, const Expr& b) {
+    if (a.same_as(b)) return true;
+    if (!a.defined() || !b.defined()) return false;
+    if (a.kind() != b.kind() || a.type() != b.type()) return false;
+    if (!same_leaf(a, b)) return false;
+    if (known_equal_.contains({a.get(), b.get()})) return true;
+    for (int i = 0; i < operand_count(a.kind()); ++i) {
+      if (!equal(operand(a, i), operand(b, i))) return false;
+    }
+    known_equal_.insert({a.get(), b.get()});
+    return true;
+  }
+
+ private:
+  // Leaf values, and a Load's array (its operands are compared as operands).
+  static bool same_leaf(const Expr& a, const Expr& b) {
+    switch (a.kind()) {
+      case ExprKind::IntImm:
+        return a.as<IntImm>()->value == b.as<IntImm>()->value;
+      case ExprKind::FloatImm:  // by bits: 0.0 and -0.0 differ, a NaN equals its own bits
+        return std::bit_cast<uint32_t>(a.as<FloatImm>()->value) ==
+               std::bit_cast<uint32_t>(b.as<FloatImm>()->value);
+      case ExprKind::BoolImm:
+        return a.as<BoolImm>()->value == b.as<BoolImm>()->value;
+      case ExprKind::Var:
+        return a.as<Var>()->variable == b.as<Var>()->variable;
+      case ExprKind::Param:
+        return a.as<Param>()->slot == b.as<Param>()->slot &&
+               a.as<Param>()->name == b.as<Param>()->name;
+      case ExprKind::Load: {
+        const Load* x = a.as<Load>();
+        const Load* y = b.as<Load>();
+        return x->slot == y->slot && x->rank == y->rank && x->name == y->name;
+      }
+      default:
+        return true;
+    }
+  }
+
+  std::set<std::pair<const ExprNode*, const ExprNode*>> known_equal_;
+};
+
+}  // namespace
+
+bool equal(const Expr& a, const Expr& b) {
+  EqualityChecker checker;
+  return checker.equal(a, b);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,6 +627,18 @@ class Printer : public IRVisitor {
  private:
   void print(const IntImm* op) {
     out_ << op->value;
+  }
+  void print(const FloatImm* op) {
+    out_ << float_text(op->value);
+  }
+  void print(const Load* op) {
+    out_ << op->name << '[';
+    visit(op->row);
+    if (op->rank == 2) {
+      out_ << ", ";
+      visit(op->col);
+    }
+    out_ << ']';
   }
   void print(const BoolImm* op) {
     out_ << (op->value ? "true" : "false");
@@ -495,9 +683,9 @@ class Printer : public IRVisitor {
   // Operands that are themselves operators (or negative numbers) go in parentheses, so the
   // text reads the same whatever precedence the reader assumes.
   void print_operand(const Expr& e) {
-    const IntImm* number = e.as<IntImm>();
-    const bool bare =
-        number != nullptr ? number->value >= 0 : operand_count(e.kind()) == 0 || is_call(e.kind());
+    bool bare = operand_count(e.kind()) == 0 || is_call(e.kind()) || e.kind() == ExprKind::Load;
+    if (const IntImm* number = e.as<IntImm>()) bare = number->value >= 0;
+    if (const FloatImm* number = e.as<FloatImm>()) bare = !std::signbit(number->value);
     if (!bare) out_ << '(';
     visit(e);
     if (!bare) out_ << ')';
@@ -519,7 +707,7 @@ class Printer : public IRVisitor {
     if constexpr (requires { Node::kSyntax; }) {
       return Node::kSyntax;
     } else {
-      return Syntax::Infix;  // leaves and Select have no kSyntax; none is written as a call
+      return Syntax::Infix;  // leaves, Load and Select have no kSyntax; none is a call
     }
   }
 
@@ -527,6 +715,18 @@ class Printer : public IRVisitor {
 };
 
 }  // namespace
+
+std::string float_text(float value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
+  std::array<char, 64> buffer{};
+  const auto [end, error] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
+  std::string text(buffer.data(), end);
+  // Shortest round trip gives `50`, `1e+20`: add the `.0` that makes it a float literal.
+  if (text.find_first_of(".e") == std::string::npos) return text + ".0";
+  if (text.find('.') == std::string::npos) text.insert(text.find('e'), ".0");
+  return text;
+}
 
 std::ostream& operator<<(std::ostream& out, const Expr& e) {
   if (!e.defined()) return out << "<undefined>";

@@ -10,20 +10,24 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace flexjit::ir {
 
-// Value types. A new type (Float) is one enumerator here plus its rules in result_type().
-enum class Type : uint8_t { Bool, Int };
+// Value types: Bool, Int (int32, wrapping) and Float (IEEE float32, the device's rounding).
+// A new type is one enumerator here plus its rules in result_type().
+enum class Type : uint8_t { Bool, Int, Float };
 
 const char* type_name(Type type);
 
 // Every node kind, written once; adding a node is one line here plus its struct below.
 #define FJ_FOR_EACH_EXPR(X) \
   X(IntImm)                 \
+  X(FloatImm)               \
   X(BoolImm)                \
   X(Var)                    \
   X(Param)                  \
+  X(Load)                   \
   X(Add)                    \
   X(Sub)                    \
   X(Mul)                    \
@@ -42,7 +46,18 @@ const char* type_name(Type type);
   X(And)                    \
   X(Or)                     \
   X(Not)                    \
-  X(Select)
+  X(Select)                 \
+  X(ToInt)                  \
+  X(ToFloat)                \
+  X(Tanh)                   \
+  X(Exp)                    \
+  X(Exp2)                   \
+  X(Log)                    \
+  X(Log2)                   \
+  X(Sqrt)                   \
+  X(Sigmoid)                \
+  X(Floor)                  \
+  X(Ceil)
 
 enum class ExprKind : uint8_t {
 #define FJ_DECLARE_KIND(node) node,
@@ -126,6 +141,15 @@ struct IntImm final : ExprNode {
   static Expr make(int32_t value);
 };
 
+// `FloatImm`: a float32 constant (finite; the language has no literal for inf or NaN, but
+// folding may produce them, e.g. exp(100.0), and they print as `inf`, `-inf`, `nan`).
+struct FloatImm final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::FloatImm;
+  FloatImm() : ExprNode(kKind, Type::Float) {}
+  float value = 0.0f;
+  static Expr make(float value);
+};
+
 // `BoolImm`: `true` or `false`.
 struct BoolImm final : ExprNode {
   static constexpr ExprKind kKind = ExprKind::BoolImm;
@@ -134,23 +158,24 @@ struct BoolImm final : ExprNode {
   static Expr make(bool value);
 };
 
-// The positions every mask sees (DESIGN.md §2, §3): request, query head, query and key
-// positions.
-enum class Variable : uint8_t { B, H, Q, KV };
+// The variables a body sees (DESIGN.md §2, §3): request, query head, query and key
+// positions (Int), and, in score bodies only, the score (Float, already scaled).
+enum class Variable : uint8_t { B, H, Q, KV, Score };
 
 const char* variable_name(Variable variable);
 
-// `Var`: one of the int32 position variables.
+// `Var`: one of the variables: Int for b, h, q, kv; Float for score.
 struct Var final : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Var;
-  Var() : ExprNode(kKind, Type::Int) {}
+  explicit Var(Type type) : ExprNode(kKind, type) {}
   Variable variable = Variable::Q;
   static Expr make(Variable variable);
 };
 
 // `Param`: a runtime scalar read from slot `slot` of the kernel's parameter block
 // (fj::MaskParams::scalar). An Int param is the int32 in the slot; a Bool param is true
-// when the slot is nonzero. `name` is the declared name, for printing only.
+// when the slot is nonzero; a Float param is the float32 whose bits the slot holds.
+// `name` is the declared name, for printing only.
 struct Param final : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Param;
   explicit Param(Type type) : ExprNode(kKind, type) {}
@@ -158,6 +183,22 @@ struct Param final : ExprNode {
   std::string name;
   // Requires 0 <= slot < fj::kMaxScalarParams.
   static Expr make(Type type, int slot, std::string name);
+};
+
+// `Load`: element [row, col] of runtime array `slot` (fj::MaskParams::array), an Int or a
+// Float array. A 1-D array has one column and is read at col 0 (`rank` 1 prints `a[i]`).
+// Any index outside the array's extents reads 0 (0.0 for Float): a read never leaves the
+// array (DESIGN.md §2). Operands: row, col (both Int). Built only by make(), never by
+// make_operation(); a mutator rebuilds it with the same slot, name, rank and type.
+struct Load final : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Load;
+  explicit Load(Type type) : ExprNode(kKind, type) {}
+  int slot = 0;
+  int rank = 1;
+  std::string name;
+  Expr row, col;
+  // Requires type Int or Float, 0 <= slot < fj::kMaxArrayParams, rank 1 or 2, Int indices.
+  static Expr make(Type type, int slot, std::string name, int rank, Expr row, Expr col);
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -193,37 +234,44 @@ enum class Syntax : uint8_t { Infix, Call, Prefix };
     static Expr make(Expr a, Expr b);                     \
   }
 
-// `Add`: a + b, Int, wrapping.
+// Arithmetic takes two operands of one numeric type (lowering inserts ToFloat for mixed
+// Int/Float) and has that type. On Float it is IEEE float32 arithmetic with round to
+// nearest, except where a comment says otherwise.
+
+// `Add`: a + b; Int wraps.
 FJ_DECLARE_BINARY(Add, Infix, "+");
-// `Sub`: a - b, Int, wrapping.
+// `Sub`: a - b; Int wraps.
 FJ_DECLARE_BINARY(Sub, Infix, "-");
-// `Mul`: a * b, Int, wrapping (the low 32 bits of the product).
+// `Mul`: a * b; Int wraps (the low 32 bits of the product).
 FJ_DECLARE_BINARY(Mul, Infix, "*");
-// `Div`: floor division like Python's `//` (rounds toward negative infinity); a / 0 == 0;
-// INT_MIN / -1 == INT_MIN.
+// `Div`: Int: floor division like Python's `//` (rounds toward negative infinity),
+// INT_MIN / -1 == INT_MIN. Float: a / b. Both: a / 0 == 0 (0.0 for Float, whatever a is).
 FJ_DECLARE_BINARY(Div, Infix, "/");
 // `Mod`: floor modulo like Python's `%`: the result has the divisor's sign and
-// a == (a / b) * b + a % b; a % 0 == 0.
+// a == (a / b) * b + a % b; Float: a - floor(a / b) * b computed as Python's math does
+// (fmod, then moved into the divisor's sign). Both: a % 0 == 0.
 FJ_DECLARE_BINARY(Mod, Infix, "%");
-// `Min`: the smaller of two Ints.
+// `Min`: the smaller operand (Float: if either is NaN, the other, like fminf).
 FJ_DECLARE_BINARY(Min, Call, "min");
-// `Max`: the larger of two Ints.
+// `Max`: the larger operand (Float: if either is NaN, the other, like fmaxf).
 FJ_DECLARE_BINARY(Max, Call, "max");
-// `Abs`: |a|, wrapping: abs(INT_MIN) == INT_MIN.
+// `Abs`: |a|; Int wraps: abs(INT_MIN) == INT_MIN.
 FJ_DECLARE_UNARY(Abs, Call, "abs");
-// `Neg`: -a, wrapping: -INT_MIN == INT_MIN.
+// `Neg`: -a; Int wraps: -INT_MIN == INT_MIN.
 FJ_DECLARE_UNARY(Neg, Prefix, "-");
-// `EQ`: a == b, on two Ints or two Bools; Bool.
+// Comparisons take two operands of one type and give Bool. Ints compare signed; Floats by
+// IEEE rules (any comparison with NaN is false, except != which is true).
+// `EQ`: a == b, on Ints, Floats or Bools.
 FJ_DECLARE_BINARY(EQ, Infix, "==");
-// `NE`: a != b, on two Ints or two Bools; Bool.
+// `NE`: a != b, on Ints, Floats or Bools.
 FJ_DECLARE_BINARY(NE, Infix, "!=");
-// `LT`: a < b on Ints (signed); Bool.
+// `LT`: a < b on Ints or Floats.
 FJ_DECLARE_BINARY(LT, Infix, "<");
-// `LE`: a <= b on Ints (signed); Bool.
+// `LE`: a <= b on Ints or Floats.
 FJ_DECLARE_BINARY(LE, Infix, "<=");
-// `GT`: a > b on Ints (signed); Bool.
+// `GT`: a > b on Ints or Floats.
 FJ_DECLARE_BINARY(GT, Infix, ">");
-// `GE`: a >= b on Ints (signed); Bool.
+// `GE`: a >= b on Ints or Floats.
 FJ_DECLARE_BINARY(GE, Infix, ">=");
 // `And`: logical and of two Bools. Both sides are pure, so evaluation order is irrelevant.
 FJ_DECLARE_BINARY(And, Infix, "&&");
@@ -231,6 +279,33 @@ FJ_DECLARE_BINARY(And, Infix, "&&");
 FJ_DECLARE_BINARY(Or, Infix, "||");
 // `Not`: logical negation of a Bool.
 FJ_DECLARE_UNARY(Not, Prefix, "!");
+// `ToInt`: `int(a)`. From Bool: 0 or 1. From Float: truncation toward zero like Python's
+// int(); NaN gives 0 and values beyond the int32 range saturate to INT_MIN / INT_MAX.
+// From Int: not built (lowering drops the conversion).
+FJ_DECLARE_UNARY(ToInt, Call, "int");
+// `ToFloat`: `float(a)`. From Int: the nearest float32 (ties to even). From Bool: 0.0 or 1.0.
+FJ_DECLARE_UNARY(ToFloat, Call, "float");
+// Float -> Float functions, with the accuracy of the CUDA math library on the device and of
+// the C library on the host (within a few ulp of each other; the IR never relies on them
+// being bit-identical).
+// `Tanh`: hyperbolic tangent.
+FJ_DECLARE_UNARY(Tanh, Call, "tanh");
+// `Exp`: e^a.
+FJ_DECLARE_UNARY(Exp, Call, "exp");
+// `Exp2`: 2^a.
+FJ_DECLARE_UNARY(Exp2, Call, "exp2");
+// `Log`: natural logarithm; log(0) == -inf, log of a negative number is NaN.
+FJ_DECLARE_UNARY(Log, Call, "log");
+// `Log2`: base-2 logarithm, same edge cases as Log.
+FJ_DECLARE_UNARY(Log2, Call, "log2");
+// `Sqrt`: square root; NaN for negative numbers.
+FJ_DECLARE_UNARY(Sqrt, Call, "sqrt");
+// `Sigmoid`: 1 / (1 + e^-a).
+FJ_DECLARE_UNARY(Sigmoid, Call, "sigmoid");
+// `Floor`: the largest integral float <= a (stays Float, like torch.floor).
+FJ_DECLARE_UNARY(Floor, Call, "floor");
+// `Ceil`: the smallest integral float >= a (stays Float).
+FJ_DECLARE_UNARY(Ceil, Call, "ceil");
 
 #undef FJ_DECLARE_UNARY
 #undef FJ_DECLARE_BINARY
@@ -252,7 +327,7 @@ Expr make_operation(ExprKind kind, std::span<const Expr> operands);
 // Walking the IR
 
 // Operands of a node in order: none for a leaf, `a` for a unary node, `a, b` for a binary
-// one, `condition, true_value, false_value` for a Select.
+// one, `row, col` for a Load, `condition, true_value, false_value` for a Select.
 int operand_count(ExprKind kind);
 // Requires 0 <= index < operand_count(e.kind()).
 const Expr& operand(const Expr& e, int index);
@@ -290,18 +365,49 @@ class IRMutator {
 bool uses_variable(const Expr& e, Variable variable);
 // Whether `e` reads the runtime parameter in `slot`.
 bool uses_param(const Expr& e, int slot);
+// Whether `e` reads the runtime array in `slot`.
+bool uses_array(const Expr& e, int slot);
 
 // Readable text, every compound operand in parentheses:
 // `(q >= kv) && ((q - kv) < window)`.
 std::string to_string(const Expr& e);
 std::ostream& operator<<(std::ostream& out, const Expr& e);
+// A float as the printer writes it, reading back as the same float32: the shortest decimal
+// that round trips, always with a `.` (`50.0`, `0.1`, `1.0e+20`), or `inf`, `-inf`, `nan`.
+std::string float_text(float value);
 
 // Passes
 
 // Folds every operation whose operands are constants, with the exact semantics of the
 // language, and the boolean identities that hold for every value (`x && true` -> `x`,
 // `x || true` -> `true`, `!!x` -> `x`, a select with a constant condition). Shared nodes are
-// rewritten once and stay shared.
+// rewritten once and stay shared. Float operations whose host result may differ from the
+// device's by an ulp (tanh, exp, exp2, log, log2, sigmoid) are folded too: a constant is
+// then the host's value, which is within the documented accuracy.
 Expr fold_constants(const Expr& e);
+
+// Common-subexpression elimination by hash-consing: structurally equal subtrees (same kind,
+// type, leaf value and operands) become one node, so `(q - kv) < w && (q - kv) >= 0`
+// computes `q - kv` once in the emitted code.
+Expr eliminate_common_subexpressions(const Expr& e);
+
+// Algebraic simplification: rewrites that hold for every value of every variable under the
+// language's exact semantics (wrap-around Int, IEEE Float), each commented in simplify.cpp
+// with why it is sound. Folds constants as it goes.
+Expr simplify(const Expr& e);
+
+// One pass of the standard pipeline, for printing the IR between passes.
+struct PassResult {
+  const char* name;  // "fold", "simplify", "cse"
+  Expr result;
+};
+
+// The standard pipeline (fold, simplify, cse) with the IR after each pass; the last result
+// is what run_passes() returns.
+std::vector<PassResult> run_passes_traced(const Expr& e);
+Expr run_passes(const Expr& e);
+
+// Structural equality (same shape, kinds, types and leaf values; shared or not).
+bool equal(const Expr& a, const Expr& b);
 
 }  // namespace flexjit::ir
