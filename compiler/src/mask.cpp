@@ -7,51 +7,90 @@
 
 namespace flexjit {
 
-// The host and the kernels share the slot count and the tile class values.
-static_assert(kMaxScalarParams == fj::kMaxScalarParams);
+// The host and the kernels share the tile class values.
 static_assert(static_cast<int>(TileClass::Empty) == static_cast<int>(fj::TileClass::Empty) &&
               static_cast<int>(TileClass::Full) == static_cast<int>(fj::TileClass::Full) &&
               static_cast<int>(TileClass::Partial) == static_cast<int>(fj::TileClass::Partial));
 
 namespace {
 
-// A slot past the end of the caller's params reads as 0 rather than out of bounds.
-int32_t param_value(std::span<const int32_t> params, const ir::Param* param) {
-  const int32_t value = static_cast<size_t>(param->slot) < params.size() ? params[param->slot] : 0;
-  return param->type == ir::Type::Bool ? (value != 0) : value;
+// Every scalar reads 0 and every array is empty when the caller passes no parameters.
+const fj::MaskParams& params_or_zero(const fj::MaskParams* params) {
+  static const fj::MaskParams zero{};
+  return params != nullptr ? *params : zero;
 }
 
-// A mask without a body (a default-constructed MaskFunction) shows nothing.
-ir::Expr body_of(const MaskFunction& mask) {
-  return mask.body.defined() ? mask.body : ir::BoolImm::make(false);
+ir::Value param_value(const fj::MaskParams& params, const ir::Param* param) {
+  const int32_t bits = params.scalar[param->slot];
+  switch (param->type) {
+    case ir::Type::Bool:
+      return ir::Value::of_bool(bits != 0);
+    case ir::Type::Int:
+      return ir::Value::of_int(bits);
+    case ir::Type::Float:
+      return ir::Value::of_float(fj::bits_to_float(bits));
+  }
+  return {};
 }
 
-int32_t evaluate(const ir::Expr& e, const EvalPoint& point) {
+// The operand types of a node, for the typed semantics.
+struct OperandTypes {
+  std::array<ir::Type, 3> types{};
+  int count = 0;
+  std::span<const ir::Type> span() const { return {types.data(), static_cast<size_t>(count)}; }
+};
+
+OperandTypes operand_types(const ir::Expr& e) {
+  OperandTypes result;
+  result.count = ir::operand_count(e.kind());
+  for (int i = 0; i < result.count; ++i)
+    result.types[i] = ir::operand(e, i).type();
+  return result;
+}
+
+// The values a walk needs besides the node: the variables and the parameter block.
+struct Point {
+  const EvalPoint& at;
+  float score;
+  const fj::MaskParams& params;
+};
+
+ir::Value evaluate(const ir::Expr& e, const Point& point) {
   switch (e.kind()) {
     case ir::ExprKind::IntImm:
-      return e.as<ir::IntImm>()->value;
+      return ir::Value::of_int(e.as<ir::IntImm>()->value);
+    case ir::ExprKind::FloatImm:
+      return ir::Value::of_float(e.as<ir::FloatImm>()->value);
     case ir::ExprKind::BoolImm:
-      return e.as<ir::BoolImm>()->value;
+      return ir::Value::of_bool(e.as<ir::BoolImm>()->value);
     case ir::ExprKind::Var:
       switch (e.as<ir::Var>()->variable) {
         case ir::Variable::B:
-          return point.b;
+          return ir::Value::of_int(point.at.b);
         case ir::Variable::H:
-          return point.h;
+          return ir::Value::of_int(point.at.h);
         case ir::Variable::Q:
-          return point.q;
+          return ir::Value::of_int(point.at.q);
         case ir::Variable::KV:
-          return point.kv;
+          return ir::Value::of_int(point.at.kv);
+        case ir::Variable::Score:
+          return ir::Value::of_float(point.score);
       }
-      return 0;
+      return {};
     case ir::ExprKind::Param:
       return param_value(point.params, e.as<ir::Param>());
+    case ir::ExprKind::Load: {
+      const ir::Load* load = e.as<ir::Load>();
+      return ir::load(point.params.array[load->slot], e.type(), evaluate(load->row, point).i,
+                      evaluate(load->col, point).i);
+    }
     default: {
-      const int count = ir::operand_count(e.kind());
-      std::array<int32_t, 3> values{};
-      for (int i = 0; i < count; ++i)
+      const OperandTypes types = operand_types(e);
+      std::array<ir::Value, 3> values{};
+      for (int i = 0; i < types.count; ++i)
         values[i] = evaluate(ir::operand(e, i), point);
-      return ir::apply_operation(e.kind(), std::span<const int32_t>(values.data(), count));
+      return ir::apply_operation(e.kind(), types.span(),
+                                 std::span<const ir::Value>(values.data(), types.count));
     }
   }
 }
@@ -60,43 +99,79 @@ int32_t evaluate(const ir::Expr& e, const EvalPoint& point) {
 struct TileBox {
   const Tile& tile;
   fj::Interval q, kv;
-  std::span<const int32_t> params;
+  const fj::MaskParams& params;
 };
 
-fj::Interval evaluate_interval(const ir::Expr& e, const TileBox& box) {
+ir::IntervalValue of_ints(fj::Interval ints) {
+  ir::IntervalValue value;
+  value.ints = ints;
+  return value;
+}
+
+ir::IntervalValue of_floats(fj::FloatInterval floats) {
+  ir::IntervalValue value;
+  value.floats = floats;
+  return value;
+}
+
+ir::IntervalValue evaluate_interval(const ir::Expr& e, const TileBox& box) {
   switch (e.kind()) {
     case ir::ExprKind::IntImm:
-      return fj::Interval::point(e.as<ir::IntImm>()->value);
+      return of_ints(fj::Interval::point(e.as<ir::IntImm>()->value));
+    case ir::ExprKind::FloatImm:
+      return of_floats(fj::FloatInterval::point(e.as<ir::FloatImm>()->value));
     case ir::ExprKind::BoolImm:
-      return fj::Interval::boolean(e.as<ir::BoolImm>()->value);
+      return of_ints(fj::Interval::boolean(e.as<ir::BoolImm>()->value));
     case ir::ExprKind::Var:
       switch (e.as<ir::Var>()->variable) {
         case ir::Variable::B:
-          return fj::Interval::point(box.tile.b);
+          return of_ints(fj::Interval::point(box.tile.b));
         case ir::Variable::H:
-          return fj::Interval::point(box.tile.h);
+          return of_ints(fj::Interval::point(box.tile.h));
         case ir::Variable::Q:
-          return box.q;
+          return of_ints(box.q);
         case ir::Variable::KV:
-          return box.kv;
+          return of_ints(box.kv);
+        case ir::Variable::Score:
+          return of_floats(fj::FloatInterval::everything());
       }
-      return fj::Interval::everything();
-    case ir::ExprKind::Param:
-      return fj::Interval::point(param_value(box.params, e.as<ir::Param>()));
+      return {};
+    case ir::ExprKind::Param: {
+      const ir::Value value = param_value(box.params, e.as<ir::Param>());
+      return e.type() == ir::Type::Float ? of_floats(fj::FloatInterval::point(value.f))
+                                         : of_ints(fj::Interval::point(value.i));
+    }
+    case ir::ExprKind::Load: {
+      const ir::Load* load = e.as<ir::Load>();
+      return ir::load(box.params.array[load->slot], e.type(),
+                      evaluate_interval(load->row, box).ints,
+                      evaluate_interval(load->col, box).ints);
+    }
     default: {
-      const int count = ir::operand_count(e.kind());
-      std::array<fj::Interval, 3> values{};
-      for (int i = 0; i < count; ++i)
+      const OperandTypes types = operand_types(e);
+      std::array<ir::IntervalValue, 3> values{};
+      for (int i = 0; i < types.count; ++i)
         values[i] = evaluate_interval(ir::operand(e, i), box);
-      return ir::apply_operation(e.kind(), std::span<const fj::Interval>(values.data(), count));
+      return ir::apply_operation(e.kind(), types.span(),
+                                 std::span<const ir::IntervalValue>(values.data(), types.count));
     }
   }
 }
 
+// A variant without a mask (a default-constructed Variant) shows nothing.
+ir::Expr mask_of(const Variant& variant) {
+  return variant.mask.defined() ? variant.mask : ir::BoolImm::make(false);
+}
+
 }  // namespace
 
-bool evaluate_mask(const MaskFunction& mask, const EvalPoint& point) {
-  return evaluate(body_of(mask), point) != 0;
+bool evaluate_mask(const Variant& variant, const EvalPoint& point) {
+  return evaluate(mask_of(variant), {point, 0.0f, params_or_zero(point.params)}).i != 0;
+}
+
+float evaluate_score(const Variant& variant, float score, const EvalPoint& point) {
+  if (!variant.has_score()) return score;
+  return evaluate(variant.score, {point, score, params_or_zero(point.params)}).f;
 }
 
 const char* tile_class_name(TileClass tile_class) {
@@ -111,12 +186,11 @@ const char* tile_class_name(TileClass tile_class) {
   return "?";
 }
 
-TileClass classify_tile(const MaskFunction& mask, const Tile& tile,
-                        std::span<const int32_t> params) {
+TileClass classify_tile(const Variant& variant, const Tile& tile, const fj::MaskParams* params) {
   if (tile.q0 >= tile.q1 || tile.k0 >= tile.k1) return TileClass::Empty;
   const TileBox box{tile, fj::Interval::range(tile.q0, int64_t{tile.q1} - 1),
-                    fj::Interval::range(tile.k0, int64_t{tile.k1} - 1), params};
-  return static_cast<TileClass>(fj::tile_class(evaluate_interval(body_of(mask), box)));
+                    fj::Interval::range(tile.k0, int64_t{tile.k1} - 1), params_or_zero(params)};
+  return static_cast<TileClass>(fj::tile_class(evaluate_interval(mask_of(variant), box).ints));
 }
 
 }  // namespace flexjit

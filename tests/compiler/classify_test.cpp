@@ -2,6 +2,7 @@
 // standard causal and sliding masks. Constant folding is checked on the same expressions.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -106,12 +107,20 @@ struct Truth {
   bool any_false = false;
 };
 
-Truth brute_force(const MaskFunction& mask, const Tile& tile, std::span<const int32_t> params) {
+// The parameter block with `scalars` in the first slots.
+fj::MaskParams block_of(std::span<const int32_t> scalars) {
+  fj::MaskParams block{};
+  std::copy(scalars.begin(), scalars.end(), block.scalar);
+  return block;
+}
+
+Truth brute_force(const Variant& mask, const Tile& tile, std::span<const int32_t> scalars) {
+  const fj::MaskParams params = block_of(scalars);
   Truth truth;
   for (int64_t qv = tile.q0; qv < tile.q1; ++qv) {
     for (int64_t kvv = tile.k0; kvv < tile.k1; ++kvv) {
       const bool visible = evaluate_mask(
-          mask, {tile.b, tile.h, static_cast<int32_t>(qv), static_cast<int32_t>(kvv), params});
+          mask, {tile.b, tile.h, static_cast<int32_t>(qv), static_cast<int32_t>(kvv), &params});
       (visible ? truth.any_true : truth.any_false) = true;
     }
   }
@@ -146,16 +155,17 @@ TEST_CASE("classification is sound on random expressions", "[classify][fuzz]") {
   RandomExpr random(20240601);
   int tiles = 0, empty = 0, full = 0;
   for (int expression = 0; expression < 3000; ++expression) {
-    MaskFunction mask;
+    Variant mask;
     mask.name = "random";
-    mask.body = random.boolean(1 + random.pick(5));
+    mask.mask = random.boolean(1 + random.pick(5));
     for (int round = 0; round < 4; ++round) {
       const int32_t params[kParams] = {random.param_value(), random.param_value(), random.pick(2)};
       for (int t = 0; t < 5; ++t) {
         const Tile tile = random_tile(random);
-        const TileClass tile_class = classify_tile(mask, tile, params);
+        const fj::MaskParams block = block_of(params);
+        const TileClass tile_class = classify_tile(mask, tile, &block);
         const Truth truth = brute_force(mask, tile, params);
-        INFO(ir::to_string(mask.body)
+        INFO(ir::to_string(mask.mask)
              << "\n q [" << tile.q0 << ", " << tile.q1 << ") kv [" << tile.k0 << ", " << tile.k1
              << ") b " << tile.b << " h " << tile.h << " params " << params[0] << ", " << params[1]
              << ", " << params[2] << ": " << tile_class_name(tile_class));
@@ -176,40 +186,41 @@ TEST_CASE("classification is sound on random expressions", "[classify][fuzz]") {
 TEST_CASE("constant folding preserves meaning on random expressions", "[fold][fuzz]") {
   RandomExpr random(77);
   for (int expression = 0; expression < 3000; ++expression) {
-    MaskFunction original;
-    original.body = random.boolean(1 + random.pick(5));
-    MaskFunction folded;
-    folded.body = ir::fold_constants(original.body);
+    Variant original;
+    original.mask = random.boolean(1 + random.pick(5));
+    Variant folded;
+    folded.mask = ir::fold_constants(original.mask);
     const int32_t params[kParams] = {random.param_value(), random.param_value(), random.pick(2)};
     const Tile tile = random_tile(random);
     for (int32_t qv = tile.q0; qv < tile.q1; ++qv) {
-      const EvalPoint point{tile.b, tile.h, qv, tile.k0, params};
-      INFO(ir::to_string(original.body) << "\nfolded: " << ir::to_string(folded.body));
+      const fj::MaskParams block = block_of(params);
+      const EvalPoint point{tile.b, tile.h, qv, tile.k0, &block};
+      INFO(ir::to_string(original.mask) << "\nfolded: " << ir::to_string(folded.mask));
       REQUIRE(evaluate_mask(original, point) == evaluate_mask(folded, point));
     }
   }
 }
 
 TEST_CASE("empty ranges are Empty", "[classify]") {
-  MaskFunction everything;
-  everything.body = ir::BoolImm::make(true);
-  CHECK(classify_tile(everything, {0, 0, 0, 16, 0, 16}, {}) == TileClass::Full);
-  CHECK(classify_tile(everything, {0, 0, 5, 5, 0, 16}, {}) == TileClass::Empty);
-  CHECK(classify_tile(everything, {0, 0, 0, 16, 9, 3}, {}) == TileClass::Empty);
+  Variant everything;
+  everything.mask = ir::BoolImm::make(true);
+  CHECK(classify_tile(everything, {0, 0, 0, 16, 0, 16}, nullptr) == TileClass::Full);
+  CHECK(classify_tile(everything, {0, 0, 5, 5, 0, 16}, nullptr) == TileClass::Empty);
+  CHECK(classify_tile(everything, {0, 0, 0, 16, 9, 3}, nullptr) == TileClass::Empty);
   CHECK(std::string(tile_class_name(TileClass::Partial)) == "partial");
 }
 
 // ---------------------------------------------------------------------------------------------
 // Exactness on the standard masks
 
-MaskFunction lower(std::string_view name) {
+Variant lower(std::string_view name) {
   std::vector<dsl::Diagnostic> diagnostics;
   const dsl::Module module = dsl::parse_and_check(
       {"standard.mask",
        "param window: int\nmask causal = q >= kv\nmask sliding = causal && q - kv < window\n"},
       diagnostics);
   REQUIRE_FALSE(dsl::has_errors(diagnostics));
-  Result<MaskFunction> mask = lower_mask(module, name);
+  Result<Variant> mask = lower_mask(module, name);
   REQUIRE(mask.ok());
   return std::move(mask).value();
 }
@@ -217,7 +228,7 @@ MaskFunction lower(std::string_view name) {
 // Checks every tile of the given sizes whose origins lie on grids with steps `q_step` and
 // `kv_step`: tiles on, above, below and across both diagonals, with negative positions, and
 // near INT32_MAX. Returns how many were truly all-false or all-true.
-int check_exact(const MaskFunction& mask, int32_t window, int32_t q_size, int32_t kv_size,
+int check_exact(const Variant& mask, int32_t window, int32_t q_size, int32_t kv_size,
                 int32_t q_step, int32_t kv_step) {
   const int32_t params[] = {window};
   std::vector<int32_t> q_origins, kv_origins;
@@ -236,7 +247,8 @@ int check_exact(const MaskFunction& mask, int32_t window, int32_t q_size, int32_
       const TileClass want = !truth.any_true    ? TileClass::Empty
                              : !truth.any_false ? TileClass::Full
                                                 : TileClass::Partial;
-      if (classify_tile(mask, tile, params) != want) {
+      const fj::MaskParams block = block_of(params);
+      if (classify_tile(mask, tile, &block) != want) {
         FAIL_CHECK(mask.name << " window " << window << " q [" << tile.q0 << ", " << tile.q1
                              << ") kv [" << tile.k0 << ", " << tile.k1 << "): want "
                              << tile_class_name(want));
@@ -248,8 +260,8 @@ int check_exact(const MaskFunction& mask, int32_t window, int32_t q_size, int32_
 }
 
 TEST_CASE("causal and sliding are classified exactly", "[classify][exact]") {
-  const MaskFunction causal = lower("causal");
-  const MaskFunction sliding = lower("sliding");
+  const Variant causal = lower("causal");
+  const Variant sliding = lower("sliding");
   int uniform_tiles = 0;
   for (const int32_t q_size : {1, 5, 16}) {
     for (const int32_t kv_size : {1, 4, 16}) {

@@ -1,52 +1,93 @@
-// The compiler's public face: a checked mask lowered to IR, and what is derived from it
-// (evaluation, tile classes, CUDA hooks). Stages downstream (runtime, CLI) use only this.
+// The compiler's public face: a checked variant (a mask and an optional score) lowered to IR,
+// and what is derived from it (evaluation, tile classes, CUDA hooks). Stages downstream
+// (runtime, CLI) use only this.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "fj_ops.cuh"
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/result.h"
 #include "flexjit/dsl/ast.h"
 
 namespace flexjit {
 
-// Runtime scalar parameters live in fixed slots of the kernel's parameter block; slot i
-// holds the i-th `param` of the module in declaration order, so one numbering serves every
-// mask of a file.
-inline constexpr int kMaxScalarParams = 16;
+// Runtime parameters live in fixed slots of the kernel's parameter block (fj::MaskParams):
+// scalar slot i holds the module's i-th scalar `param`, array slot i its i-th array `param`,
+// in declaration order, so one numbering serves every mask and score of a file.
+inline constexpr int kMaxScalarParams = fj::kMaxScalarParams;
+inline constexpr int kMaxArrayParams = fj::kMaxArrayParams;
 
 struct RuntimeParam {
   std::string name;
-  dsl::Type type = dsl::Type::Int;
-  int slot = 0;
+  dsl::Type type = dsl::Type::Int;  // the scalar's type, or the array's element type
+  int slot = 0;                     // among scalars, or among arrays
+  std::vector<std::string> dims;    // empty for a scalar; an array's dimension names
+  bool is_array() const { return !dims.empty(); }
 };
 
-// A mask ready for analysis and code generation: `body` is a Bool IR expression over
-// b, h, q, kv and the module's runtime parameters; referenced masks and constants are inlined.
-struct MaskFunction {
+// A compile-time constant as the variant was compiled: its value after any override.
+struct ConstantValue {
   std::string name;
-  ir::Expr body;
-  std::vector<RuntimeParam> params;  // every param of the module, in slot order
-  bool uses_head = false;            // body reads `h`
+  dsl::Type type = dsl::Type::Int;
+  std::string value;  // canonical text: `30`, `50.0`, `true`
+  bool overridden = false;
 };
 
-// Lowers mask `name` of a checked module (no errors) to IR and runs the IR passes.
-// Fails with a message when the name is unknown, is not a mask, or the module has errors.
-Result<MaskFunction> lower_mask(const dsl::Module& module, std::string_view name);
+// What to lower: a mask or a variant by name, optionally a score to pair with a mask, and
+// overrides of compile-time constants (`-D cap=30`).
+struct VariantSelection {
+  std::string name;   // a `mask` or a `variant`
+  std::string score;  // a `score`, or empty; only with a mask (a variant names its own)
+  std::vector<std::pair<std::string, std::string>> defines;  // const name -> literal text
+  bool optimize = true;  // run the IR passes (off: the IR as lowered, for `ir --passes`)
+};
 
-// Concrete values for one evaluation. `params` is indexed by slot.
+// A variant ready for analysis and code generation. `mask` is a Bool IR expression over
+// b, h, q, kv and the module's runtime parameters; `score` a Float one that also reads
+// Var(Score), undefined when the variant has no score. Referenced masks, scores and constants
+// are inlined.
+struct Variant {
+  std::string name;        // the variant's name, or `mask` / `mask_score` when chosen so
+  std::string mask_name;   // the mask it uses
+  std::string score_name;  // the score it uses, empty when none
+  ir::Expr mask;
+  ir::Expr score;
+  std::vector<RuntimeParam> scalars;     // every scalar param of the module, by slot
+  std::vector<RuntimeParam> arrays;      // every array param of the module, by slot
+  std::vector<ConstantValue> constants;  // every const of the module, in declaration order
+  bool uses_head = false;  // the mask reads `h`: tile classes may differ between heads
+
+  bool has_score() const { return score.defined(); }
+};
+
+// Lowers a selection from a checked module (no errors) to IR and runs the IR passes. Fails
+// with a message when a name is unknown or of the wrong kind, a score is given with a
+// variant, a define names no const or its text is not a literal of the const's type, or the
+// module has errors.
+Result<Variant> lower_variant(const dsl::Module& module, const VariantSelection& selection);
+
+// lower_variant of mask or variant `name` with no score and no overrides.
+Result<Variant> lower_mask(const dsl::Module& module, std::string_view name);
+
+// Concrete values for one evaluation. `params` may be null: every scalar then reads 0 and
+// every array read yields 0.
 struct EvalPoint {
   int32_t b = 0, h = 0, q = 0, kv = 0;
-  std::span<const int32_t> params;
+  const fj::MaskParams* params = nullptr;
 };
 
 // The mask's value at one point, with the language's exact semantics (32-bit wrap-around,
-// floor division, division by zero yields 0).
-bool evaluate_mask(const MaskFunction& mask, const EvalPoint& point);
+// floor division, division by zero yields 0, out-of-range array reads yield 0).
+bool evaluate_mask(const Variant& variant, const EvalPoint& point);
+
+// The score after the variant's score modifier (`score` itself when it has none).
+float evaluate_score(const Variant& variant, float score, const EvalPoint& point);
 
 // Values must match the CUDA enum fj::TileClass in templates/fj_ops.cuh.
 enum class TileClass : uint8_t { Empty = 0, Full = 1, Partial = 2 };
@@ -59,13 +100,14 @@ struct Tile {
   int32_t q0 = 0, q1 = 0, k0 = 0, k1 = 0;
 };
 
-// Sound classification by interval analysis: Empty only if no pair of the tile is visible,
-// Full only if every pair is. An empty range (q0 >= q1 or k0 >= k1) is Empty.
-TileClass classify_tile(const MaskFunction& mask, const Tile& tile,
-                        std::span<const int32_t> params);
+// Sound classification of the mask by interval analysis: Empty only if no pair of the tile
+// is visible, Full only if every pair is. An empty range (q0 >= q1 or k0 >= k1) is Empty.
+// `params` as in EvalPoint.
+TileClass classify_tile(const Variant& variant, const Tile& tile, const fj::MaskParams* params);
 
-// CUDA source defining `struct_name` with the fixed hooks of DESIGN.md §5 (see
-// templates/variant.md for the contract). Self-contained apart from fj_ops.cuh.
-std::string emit_cuda_variant(const MaskFunction& mask, std::string_view struct_name);
+// CUDA source defining `struct_name` with the fixed hooks of DESIGN.md §5: kHasScore,
+// kUsesHead, mask(), score() (the identity when the variant has no score) and classify().
+// Self-contained apart from fj_ops.cuh.
+std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name);
 
 }  // namespace flexjit
