@@ -21,21 +21,26 @@ for mask in causal sliding; do
 done
 step "flexjit hints --mask sliding_sym (encoder, 1024 x 1024, 128x128 tiles, window=$window)"
 $flexjit hints "$masks" --mask sliding_sym --q-len 1024 --kv-len 1024 --tile 128x128 --set window=$window
+step "flexjit hints --mask chunked -D chunk=256 (1024 queries after 1024 keys, 128x128 tiles)"
+$flexjit hints "$masks" --mask chunked -D chunk=256 --q-len 1024 --kv-len 2048 --tile 128x128
 
 for arch in sm_80 sm_90a; do
-  step "NVRTC: every standard mask x head dims 64,128,256 x bf16,fp16, paged (page 16) and encoder, for $arch"
+  step "NVRTC: every standard mask and variant x head dims 64,128,256 x bf16,fp16, paged (page 16) and encoder, for $arch"
   $flexjit compile "$masks" --all --head-dims 64,128,256 --dtypes bf16,fp16 --page-sizes 16,0 --arch $arch
 done
 
 if ldconfig -p 2>/dev/null | grep -q 'libcuda.so.1' && command -v nvidia-smi >/dev/null &&
    nvidia-smi -L >/dev/null 2>&1; then
   for dtype in bf16 fp16; do
-    for mask in causal sliding; do
+    # Array parameters (prefix lengths, document ids, ranges, slopes) are random, shaped by
+    # their declared dimensions.
+    for mask in causal sliding prefix_lm prefix_ranges rswa chunked document causal_softcap \
+      causal_alibi gemma2_local llama4_local; do
       step "flexjit run --mask $mask --dtype $dtype (paged; GPU vs float64 reference)"
-      $flexjit run "$masks" --mask $mask --dtype $dtype --set window=$window \
+      $flexjit run "$masks" --mask $mask --dtype $dtype --set window=$window -D chunk=512 \
         --query-lens 1,7,300,2048 --context-lens 511,64,0,0
     done
-    for mask in bidirectional sliding_sym; do
+    for mask in bidirectional sliding_sym document; do
       step "flexjit run --mask $mask --dtype $dtype --encoder (contiguous K/V; GPU vs float64 reference)"
       $flexjit run "$masks" --mask $mask --dtype $dtype --set window=$window --encoder \
         --query-lens 1,77,512,1000

@@ -1,5 +1,6 @@
 // The C API (runtime/include/flexjit/flexjit.h): argument checks, error messages, and the
 // hand-over to the compiler and the kernel cache. No exception leaves this file.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -65,13 +66,19 @@ std::optional<Failure> create_program(fj_context* context, dsl::Source source, f
   program->module = std::move(module);
   for (const dsl::Decl& decl : program->module.decls) {
     if (decl.kind != dsl::DeclKind::Param) continue;
-    const int slot = static_cast<int>(program->params.size());
-    program->params.push_back(RuntimeParam{decl.name, decl.declared_type, slot});
+    std::vector<RuntimeParam>& list = decl.is_array() ? program->arrays : program->scalars;
+    RuntimeParam param{decl.name, decl.declared_type, static_cast<int>(list.size()), {}};
+    for (const dsl::ArrayDim& dim : decl.dims)
+      param.dims.push_back(dim.name);
+    list.push_back(std::move(param));
   }
-  if (program->params.size() > static_cast<size_t>(kMaxScalarParams)) {
+  if (program->scalars.size() > static_cast<size_t>(kMaxScalarParams) ||
+      program->arrays.size() > static_cast<size_t>(kMaxArrayParams)) {
     return fail(FJ_ERROR_UNSUPPORTED,
-                fmt::format("{}: {} runtime parameters declared, at most {} are supported",
-                            source.name, program->params.size(), kMaxScalarParams));
+                fmt::format("{}: {} scalar and {} array runtime parameters declared, at most {} "
+                            "and {} are supported",
+                            source.name, program->scalars.size(), program->arrays.size(),
+                            kMaxScalarParams, kMaxArrayParams));
   }
   *out = program.release();
   return std::nullopt;
@@ -152,10 +159,62 @@ std::optional<Failure> check_heads(int32_t num_heads, int32_t num_kv_heads) {
 }
 
 // What every attention launch shares: runtime parameters, the softmax scale, the LSE stride.
+// Checks the array parameters' descriptors against what the program declares: a dimension
+// named `b` must cover every request and one named `h` every query head, so that a correct
+// index never reads the "out of range" 0.
+std::optional<Failure> prepare_arrays(const fj_kernel& kernel, const fj_array* arrays,
+                                      int32_t num_arrays, int32_t num_reqs, int32_t num_heads,
+                                      fj::MaskParams& params) {
+  const std::vector<RuntimeParam>& declared = kernel.entry->arrays;
+  const std::vector<bool>& reads = kernel.entry->reads_array;
+  const bool reads_any = std::find(reads.begin(), reads.end(), true) != reads.end();
+  if (num_arrays == 0 && !reads_any) return std::nullopt;
+  if (num_arrays != static_cast<int32_t>(declared.size())) {
+    return fail(
+        FJ_ERROR_INVALID_ARGUMENT,
+        fmt::format("num_arrays is {} but the program declares {} array parameters{}", num_arrays,
+                    declared.size(), reads_any ? " (and the kernel reads some)" : " (or pass 0)"));
+  }
+  if (arrays == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "arrays is null");
+  for (int i = 0; i < num_arrays; ++i) {
+    const fj_array& a = arrays[i];
+    const RuntimeParam& param = declared[i];
+    if (!reads[i]) continue;  // not read: left empty in the parameter block
+    const auto bad = [&](std::string what) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("arrays[{}] (`{}`): {}", i, param.name, what));
+    };
+    if (a.rows < 0 || a.cols < 0) return bad(fmt::format("negative shape {}x{}", a.rows, a.cols));
+    if (param.dims.size() == 1 && a.cols > 1) {
+      return bad(fmt::format("a 1-D array has cols 1 (or 0), got {}", a.cols));
+    }
+    if (a.row_stride < a.cols) {
+      return bad(fmt::format("row_stride ({}) is smaller than cols ({})", a.row_stride, a.cols));
+    }
+    const bool empty = a.rows == 0 || a.cols == 0;
+    if (!empty && a.data == nullptr) return bad("data is null");
+    if (reinterpret_cast<std::uintptr_t>(a.data) % 4 != 0) return bad("data is not 4-byte aligned");
+    const int32_t extents[2] = {a.rows, a.cols};
+    for (size_t d = 0; d < param.dims.size(); ++d) {
+      const int32_t need = param.dims[d] == "b" ? num_reqs : param.dims[d] == "h" ? num_heads : 0;
+      if (extents[d] < need) {
+        return bad(
+            fmt::format("dimension {} (`{}`) has {} entries, fewer than the {} the call "
+                        "needs",
+                        d, param.dims[d], extents[d], need));
+      }
+    }
+    params.array[i] = fj::ArrayParam{empty ? nullptr : a.data, empty ? 0 : a.rows,
+                                     empty ? 0 : a.cols, a.row_stride, 0};
+  }
+  return std::nullopt;
+}
+
 std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const int32_t* params,
-                                                int32_t num_params, float scale, const float* lse,
-                                                int64_t lse_stride_token, int32_t num_heads,
-                                                fj::PagedPrefillArgs& device) {
+                                                int32_t num_params, const fj_array* arrays,
+                                                int32_t num_arrays, int32_t num_reqs, float scale,
+                                                const float* lse, int64_t lse_stride_token,
+                                                int32_t num_heads, fj::PagedPrefillArgs& device) {
   if (num_params != kernel.num_params) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
                 fmt::format("num_params is {} but the program declares {} runtime parameters",
@@ -172,7 +231,7 @@ std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const i
       scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(kernel.config.head_dim));
   for (int i = 0; i < num_params; ++i)
     device.params.scalar[i] = params[i];
-  return std::nullopt;
+  return prepare_arrays(kernel, arrays, num_arrays, num_reqs, num_heads, device.params);
 }
 
 // Checks every argument the host can see without touching device memory; fills `device`.
@@ -227,8 +286,9 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
     return f;
   }
   device = fj::PagedPrefillArgs{};
-  if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.scale, a.lse,
-                                        a.lse_stride_token, a.num_heads, device)) {
+  if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.arrays, a.num_arrays,
+                                        a.num_reqs, a.scale, a.lse, a.lse_stride_token, a.num_heads,
+                                        device)) {
     return f;
   }
   device.q = a.q;
@@ -297,8 +357,9 @@ std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
     return f;
   }
   device = fj::PagedPrefillArgs{};
-  if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.scale, a.lse,
-                                        a.lse_stride_token, a.num_heads, device)) {
+  if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.arrays, a.num_arrays,
+                                        a.num_seqs, a.scale, a.lse, a.lse_stride_token, a.num_heads,
+                                        device)) {
     return f;
   }
   device.q = a.q;
@@ -398,6 +459,35 @@ Result<CompiledKernelPtr> device_kernel(fj_context& context,
   return context.cache.get(make_spec(*arch));
 }
 
+// Define names and values must be present and printable: they become part of a request key
+// whose fields are kept apart by a control character.
+std::optional<Failure> check_defines(const fj_kernel_desc& desc) {
+  if (desc.num_defines > 0 && desc.defines == nullptr) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, "desc->defines is null");
+  }
+  const auto printable = [](const char* text) {
+    for (; *text != '\0'; ++text) {
+      if (static_cast<unsigned char>(*text) < 0x20 || *text == 0x7f) return false;
+    }
+    return true;
+  };
+  for (uint32_t i = 0; i < desc.num_defines; ++i) {
+    const fj_define& define = desc.defines[i];
+    if (define.name == nullptr || define.value == nullptr) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("desc->defines[{}] has a null name or value", i));
+    }
+    if (!printable(define.name) || !printable(define.value)) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("desc->defines[{}] holds a control character", i));
+    }
+  }
+  if (desc.score != nullptr && !printable(desc.score)) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, "desc->score holds a control character");
+  }
+  return std::nullopt;
+}
+
 Failure compile_failure(const Error& error) {
   return fail(FJ_ERROR_COMPILE,
               error.log.empty() ? error.message : fmt::format("{}\n{}", error.message, error.log));
@@ -409,15 +499,6 @@ void set_last_error(const fj_context* context, std::string message) {
   if (context == nullptr) return;
   std::lock_guard lock(context->error_mutex);
   context->last_errors[std::this_thread::get_id()] = std::move(message);
-}
-
-Result<MaskFunction> program_mask(const fj_program& program, std::string_view name) {
-  std::lock_guard lock(program.masks_mutex);
-  if (auto it = program.masks.find(name); it != program.masks.end()) return it->second;
-  auto mask = lower_mask(program.module, name);
-  if (!mask) return mask.error();
-  program.masks.emplace(std::string(name), *mask);
-  return *mask;
 }
 
 }  // namespace flexjit
@@ -521,20 +602,61 @@ FJ_API fj_status fj_program_param_slot(const fj_program* program, const char* na
     if (name == nullptr || slot == nullptr) {
       return fail(FJ_ERROR_INVALID_ARGUMENT, "name or slot is null");
     }
-    for (const flexjit::RuntimeParam& param : program->params) {
+    for (const flexjit::RuntimeParam& param : program->scalars) {
       if (param.name == name) {
         *slot = param.slot;
         return std::nullopt;
       }
     }
-    return fail(FJ_ERROR_NOT_FOUND, fmt::format("no runtime parameter '{}'", name));
+    for (const flexjit::RuntimeParam& param : program->arrays) {
+      if (param.name == name) {
+        return fail(FJ_ERROR_NOT_FOUND,
+                    fmt::format("'{}' is an array parameter: see fj_program_param_info", name));
+      }
+    }
+    return fail(FJ_ERROR_NOT_FOUND, fmt::format("no scalar runtime parameter '{}'", name));
   });
 }
 
 FJ_API fj_status fj_program_param_count(const fj_program* program, int32_t* count) {
   if (program == nullptr || count == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
-  *count = static_cast<int32_t>(program->params.size());
+  *count = static_cast<int32_t>(program->scalars.size());
   return FJ_SUCCESS;
+}
+
+FJ_API fj_status fj_program_array_count(const fj_program* program, int32_t* count) {
+  if (program == nullptr || count == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
+  *count = static_cast<int32_t>(program->arrays.size());
+  return FJ_SUCCESS;
+}
+
+FJ_API fj_status fj_program_param_info(const fj_program* program, const char* name,
+                                       fj_param_info* info) {
+  const fj_context* context = program != nullptr ? program->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (program == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "program is null");
+    if (name == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "name is null");
+    if (auto f = flexjit::check_args_struct("info", info)) return f;
+    for (const auto* list : {&program->scalars, &program->arrays}) {
+      for (const flexjit::RuntimeParam& param : *list) {
+        if (param.name != name) continue;
+        const bool is_float = param.type == flexjit::dsl::Type::Float;
+        if (param.is_array()) {
+          info->type = is_float ? FJ_PARAM_FLOAT_ARRAY : FJ_PARAM_INT_ARRAY;
+        } else {
+          info->type = is_float                                 ? FJ_PARAM_FLOAT
+                       : param.type == flexjit::dsl::Type::Bool ? FJ_PARAM_BOOL
+                                                                : FJ_PARAM_INT;
+        }
+        info->slot = param.slot;
+        info->rank = static_cast<int32_t>(param.dims.size());
+        info->dims[0] = param.dims.size() > 0 ? param.dims[0].c_str() : nullptr;
+        info->dims[1] = param.dims.size() > 1 ? param.dims[1].c_str() : nullptr;
+        return std::nullopt;
+      }
+    }
+    return fail(FJ_ERROR_NOT_FOUND, fmt::format("no runtime parameter '{}'", name));
+  });
 }
 
 FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program,
@@ -546,6 +668,7 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
     }
     if (auto f = flexjit::check_args_struct("desc", desc)) return f;
     if (desc->mask == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "desc->mask is null");
+    if (auto f = flexjit::check_defines(*desc)) return f;
     if (!flexjit::prefill_head_dim_supported(desc->head_dim)) {
       return fail(FJ_ERROR_UNSUPPORTED,
                   fmt::format("head_dim {} is not supported (supported: 64, 80, 96, 128, 256)",
@@ -582,21 +705,30 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
     }
     // A request seen before costs one lookup: no lowering, source generation or hashing.
     std::string request = flexjit::kernel_request_key(*desc, config.arch);
-    std::shared_ptr<const flexjit::CompiledKernel> compiled =
+    std::shared_ptr<const flexjit::ProgramKernel> entry =
         flexjit::find_program_kernel(*program, request);
-    if (!compiled) {
-      auto mask = flexjit::program_mask(*program, desc->mask);
-      if (!mask) return fail(FJ_ERROR_NOT_FOUND, mask.error().message);
-      auto result = context->cache.get(flexjit::prefill_kernel_spec(*mask, config));
+    if (!entry) {
+      auto variant = flexjit::program_variant(*program, flexjit::selection_of(*desc));
+      if (!variant) return fail(FJ_ERROR_NOT_FOUND, variant.error().message);
+      auto result = context->cache.get(flexjit::prefill_kernel_spec(*variant, config));
       if (!result) return flexjit::compile_failure(result.error());
-      compiled = *result;
-      flexjit::remember_program_kernel(*program, std::move(request), compiled);
+      auto created = std::make_shared<flexjit::ProgramKernel>();
+      created->compiled = *result;
+      created->arrays = program->arrays;
+      for (const flexjit::RuntimeParam& array : program->arrays) {
+        created->reads_array.push_back(
+            flexjit::ir::uses_array(variant->mask, array.slot) ||
+            (variant->has_score() && flexjit::ir::uses_array(variant->score, array.slot)));
+      }
+      entry = created;
+      flexjit::remember_program_kernel(*program, std::move(request), entry);
     }
     auto kernel = std::make_unique<fj_kernel>();
     kernel->context = context;
-    kernel->compiled = std::move(compiled);
+    kernel->compiled = entry->compiled;
     kernel->config = config;
-    kernel->num_params = static_cast<int>(program->params.size());
+    kernel->num_params = static_cast<int>(program->scalars.size());
+    kernel->entry = std::move(entry);
     *out = kernel.release();
     return std::nullopt;
   });

@@ -13,21 +13,55 @@
 
 namespace flexjit {
 
+namespace {
+
+// Unit separators keep fields apart: names are identifiers, define values literals and arch
+// names sm_NN[a], none of which holds the separator (a define value that does is rejected by
+// lowering, so it cannot alias another request's key).
+std::string selection_key(const VariantSelection& selection) {
+  std::string key = fmt::format("{}\x1f{}", selection.name, selection.score);
+  for (const auto& [name, value] : selection.defines) {
+    key += fmt::format("\x1f{}={}", name, value);
+  }
+  return key;
+}
+
+}  // namespace
+
+VariantSelection selection_of(const fj_kernel_desc& desc) {
+  VariantSelection selection;
+  selection.name = desc.mask;
+  selection.score = desc.score != nullptr ? desc.score : "";
+  for (uint32_t i = 0; i < desc.num_defines; ++i) {
+    selection.defines.emplace_back(desc.defines[i].name, desc.defines[i].value);
+  }
+  return selection;
+}
+
+Result<Variant> program_variant(const fj_program& program, const VariantSelection& selection) {
+  const std::string key = selection_key(selection);
+  std::lock_guard lock(program.variants_mutex);
+  if (auto it = program.variants.find(key); it != program.variants.end()) return it->second;
+  auto variant = lower_variant(program.module, selection);
+  if (!variant) return variant.error();
+  program.variants.emplace(key, *variant);
+  return *variant;
+}
+
 std::string kernel_request_key(const fj_kernel_desc& desc, std::string_view arch) {
-  // Unit separators keep fields apart: mask names are identifiers and arch names sm_NN[a].
-  return fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}", desc.mask, desc.head_dim,
+  return fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}", selection_key(selection_of(desc)), desc.head_dim,
                      static_cast<int>(desc.dtype), desc.page_size, arch);
 }
 
-std::shared_ptr<const CompiledKernel> find_program_kernel(const fj_program& program,
-                                                          const std::string& request_key) {
+std::shared_ptr<const ProgramKernel> find_program_kernel(const fj_program& program,
+                                                         const std::string& request_key) {
   std::lock_guard lock(program.kernels_mutex);
   auto found = program.kernels.find(request_key);
   return found != program.kernels.end() ? found->second : nullptr;
 }
 
 void remember_program_kernel(const fj_program& program, std::string request_key,
-                             std::shared_ptr<const CompiledKernel> kernel) {
+                             std::shared_ptr<const ProgramKernel> kernel) {
   std::lock_guard lock(program.kernels_mutex);
   program.kernels.emplace(std::move(request_key), std::move(kernel));
 }

@@ -24,20 +24,34 @@ struct fj_context {
   mutable std::unordered_map<std::thread::id, std::string> last_errors;
 };
 
+namespace flexjit {
+
+// A kernel handed out by a program, with what its launches check: the program's array
+// parameters and which of them the variant reads. Shared by every fj_kernel of one request.
+struct ProgramKernel {
+  std::shared_ptr<const CompiledKernel> compiled;
+  std::vector<RuntimeParam> arrays;
+  std::vector<bool> reads_array;  // by array slot
+};
+
+}  // namespace flexjit
+
 struct fj_program {
   fj_context* context = nullptr;
   flexjit::dsl::Module module;
-  std::vector<flexjit::RuntimeParam> params;  // in slot order
+  std::vector<flexjit::RuntimeParam> scalars;  // scalar params in slot order
+  std::vector<flexjit::RuntimeParam> arrays;   // array params in slot order
 
-  // Masks lowered so far, by name (lowering is cheap but kernels are requested repeatedly).
-  mutable std::mutex masks_mutex;
-  mutable std::map<std::string, flexjit::MaskFunction, std::less<>> masks;
+  // Variants lowered so far, by selection_key (lowering is cheap but kernels are requested
+  // repeatedly).
+  mutable std::mutex variants_mutex;
+  mutable std::map<std::string, flexjit::Variant, std::less<>> variants;
 
   // Kernels handed out so far, by request (kernel_request_key): a repeated fj_kernel_create
   // costs one lookup instead of generating and hashing the source again. Held by the program,
   // so a request can only ever match a kernel built from this program's source.
   mutable std::mutex kernels_mutex;
-  mutable std::unordered_map<std::string, std::shared_ptr<const flexjit::CompiledKernel>> kernels;
+  mutable std::unordered_map<std::string, std::shared_ptr<const flexjit::ProgramKernel>> kernels;
 };
 
 struct fj_kernel {
@@ -45,6 +59,7 @@ struct fj_kernel {
   std::shared_ptr<const flexjit::CompiledKernel> compiled;
   flexjit::PrefillKernelConfig config;
   int num_params = 0;
+  std::shared_ptr<const flexjit::ProgramKernel> entry;  // arrays and reads_array for launches
 };
 
 namespace flexjit {
@@ -52,17 +67,20 @@ namespace flexjit {
 // Records `message` as the calling thread's last error on `context` (null: nothing).
 void set_last_error(const fj_context* context, std::string message);
 
-// The lowered mask `name` of a program (cached on the program).
-Result<MaskFunction> program_mask(const fj_program& program, std::string_view name);
+// The selection a validated fj_kernel_desc names (mask or variant, score, defines).
+VariantSelection selection_of(const fj_kernel_desc& desc);
+
+// The lowered variant of a program (cached on the program).
+Result<Variant> program_variant(const fj_program& program, const VariantSelection& selection);
 
 // The key of a kernel request on one program: everything in a validated fj_kernel_desc that
 // selects the kernel, with the architecture resolved (the device's when desc->arch is null).
 std::string kernel_request_key(const fj_kernel_desc& desc, std::string_view arch);
 
 // The kernel a previous request with this key got (remember_program_kernel), or null.
-std::shared_ptr<const CompiledKernel> find_program_kernel(const fj_program& program,
-                                                          const std::string& request_key);
+std::shared_ptr<const ProgramKernel> find_program_kernel(const fj_program& program,
+                                                         const std::string& request_key);
 void remember_program_kernel(const fj_program& program, std::string request_key,
-                             std::shared_ptr<const CompiledKernel> kernel);
+                             std::shared_ptr<const ProgramKernel> kernel);
 
 }  // namespace flexjit

@@ -22,11 +22,11 @@ struct PrefillKernelConfig {
 bool prefill_head_dim_supported(int head_dim);
 bool prefill_page_size_supported(int page_size);
 
-// "prefill_sliding_hd128_bf16_page16_sm90a"; "encoder_sliding_sym_hd64_fp16_sm80"
+// "prefill_sliding_softcap_hd128_bf16_page16_sm90a"; "encoder_sliding_sym_hd64_fp16_sm80"
 std::string prefill_kernel_name(std::string_view mask_name, const PrefillKernelConfig& config);
 
 // Name, full CUDA source (variant struct + template instantiation), arch and NVRTC options.
-KernelSpec prefill_kernel_spec(const MaskFunction& mask, const PrefillKernelConfig& config);
+KernelSpec prefill_kernel_spec(const Variant& variant, const PrefillKernelConfig& config);
 
 // The mask-independent kernels: KV-cache write (one for every 16-bit dtype) and merge_states.
 KernelSpec kv_cache_write_spec(const std::string& arch);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -39,6 +40,7 @@ Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64&
   batch.page_size = config.page_size;
   batch.scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   batch.params = config.params;
+  batch.arrays = config.arrays;
 
   batch.query_start_loc.push_back(0);
   int max_blocks = 1;
@@ -194,22 +196,97 @@ double relative_error_tolerance(fj_dtype dtype) {
   return dtype == FJ_DTYPE_BF16 ? 1e-2 : 2e-3;
 }
 
+std::vector<HostArray> random_arrays(const std::vector<RuntimeParam>& arrays, int num_reqs,
+                                     int num_heads, int max_seq_len, uint64_t seed) {
+  std::mt19937_64 rng(seed ^ 0xa5a5a5a5ull);
+  const auto extent = [&](const std::string& dim) {
+    if (dim == "b") return num_reqs;
+    if (dim == "h") return num_heads;
+    if (dim == "q" || dim == "kv") return std::max(1, max_seq_len);
+    return 16;
+  };
+  std::vector<HostArray> result;
+  for (const RuntimeParam& param : arrays) {
+    HostArray array;
+    array.rows = extent(param.dims[0]);
+    array.cols = param.dims.size() > 1 ? extent(param.dims[1]) : 1;
+    array.bits.resize(int64_t{array.rows} * array.cols);
+    const bool over_positions =
+        param.dims.size() > 1 && (param.dims[1] == "q" || param.dims[1] == "kv");
+    if (param.type == dsl::Type::Float) {
+      std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+      for (int32_t& bits : array.bits)
+        bits = fj::float_to_bits(uniform(rng));
+    } else if (over_positions) {
+      // Segments of 1 to 2 * mean positions, mean a few tiles, so tiles see both uniform and
+      // mixed documents.
+      std::uniform_int_distribution<int> length(1, 300);
+      for (int r = 0; r < array.rows; ++r) {
+        int id = 0;
+        int left = length(rng);
+        for (int c = 0; c < array.cols; ++c) {
+          if (left-- == 0) {
+            ++id;
+            left = length(rng);
+          }
+          array.bits[int64_t{r} * array.cols + c] = id;
+        }
+      }
+    } else {
+      std::uniform_int_distribution<int> value(0, std::max(0, max_seq_len));
+      for (int32_t& bits : array.bits)
+        bits = value(rng);
+    }
+    result.push_back(std::move(array));
+  }
+  return result;
+}
+
 Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* program,
-                                         const PagedCheckConfig& config) {
-  auto mask = program_mask(*program, config.mask);
-  if (!mask) return mask.error();
-  if (config.params.size() != program->params.size()) {
-    return Error{fmt::format("{} runtime parameters given, the program declares {}",
-                             config.params.size(), program->params.size())};
+                                         const PagedCheckConfig& config_in) {
+  PagedCheckConfig config = config_in;
+  VariantSelection selection;
+  selection.name = config.mask;
+  selection.score = config.score;
+  selection.defines = config.defines;
+  auto variant = program_variant(*program, selection);
+  if (!variant) return variant.error();
+  if (config.params.size() != program->scalars.size()) {
+    return Error{fmt::format("{} scalar runtime parameters given, the program declares {}",
+                             config.params.size(), program->scalars.size())};
+  }
+  if (config.arrays.empty() && !program->arrays.empty()) {
+    int max_seq_len = 0;
+    for (size_t r = 0; r < config.query_lens.size() && r < config.context_lens.size(); ++r) {
+      max_seq_len = std::max(max_seq_len, config.query_lens[r] + config.context_lens[r]);
+    }
+    config.arrays = random_arrays(program->arrays, static_cast<int>(config.query_lens.size()),
+                                  config.num_heads, max_seq_len, config.seed);
+  }
+  if (config.arrays.size() != program->arrays.size()) {
+    return Error{fmt::format("{} array runtime parameters given, the program declares {}",
+                             config.arrays.size(), program->arrays.size())};
+  }
+  for (const HostArray& array : config.arrays) {
+    if (array.rows < 0 || array.cols < 0 ||
+        int64_t{array.rows} * array.cols != static_cast<int64_t>(array.bits.size())) {
+      return Error{"an array's bits must hold rows * cols elements"};
+    }
   }
   std::mt19937_64 rng(config.seed);
   auto inputs = make_inputs(config, rng);
   if (!inputs) return inputs.error();
   const HostPagedBatch& batch = inputs->batch;
 
+  std::vector<fj_define> defines;
+  for (const auto& [name, value] : config.defines)
+    defines.push_back({name.c_str(), value.c_str()});
   fj_kernel_desc desc{};
   desc.struct_size = sizeof(desc);
   desc.mask = config.mask.c_str();
+  desc.score = config.score.empty() ? nullptr : config.score.c_str();
+  desc.defines = defines.data();
+  desc.num_defines = static_cast<uint32_t>(defines.size());
   desc.head_dim = config.head_dim;
   desc.dtype = config.dtype;
   desc.page_size = config.contiguous ? 0 : config.page_size;
@@ -245,6 +322,18 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
        }) {
     if (!status) return status.error();
   }
+  std::deque<DeviceBuffer> array_buffers;  // a deque: buffers neither copy nor move
+  std::vector<fj_array> arrays;
+  for (const HostArray& array : batch.arrays) {
+    DeviceBuffer& buffer = array_buffers.emplace_back(api);
+    if (!array.bits.empty()) {
+      if (auto status = buffer.upload(array.bits.data(), array.bits.size() * 4); !status) {
+        return status.error();
+      }
+    }
+    arrays.push_back(
+        {array.bits.empty() ? nullptr : buffer.get(), array.rows, array.cols, array.cols});
+  }
 
   fj_paged_attention_args paged{};
   paged.struct_size = sizeof(paged);
@@ -277,6 +366,8 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   paged.scale = batch.scale;
   paged.params = batch.params.data();
   paged.num_params = static_cast<int32_t>(batch.params.size());
+  paged.arrays = arrays.data();
+  paged.num_arrays = static_cast<int32_t>(arrays.size());
 
   // The encoder call: K/V rows are the cache's one-token blocks (see make_inputs).
   fj_varlen_attention_args varlen{};
@@ -304,6 +395,8 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   varlen.scale = paged.scale;
   varlen.params = paged.params;
   varlen.num_params = paged.num_params;
+  varlen.arrays = paged.arrays;
+  varlen.num_arrays = paged.num_arrays;
 
   auto launch = [&] {
     return config.contiguous ? fj_varlen_attention(kernel, &varlen, nullptr)
@@ -336,7 +429,7 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
     api.cuEventDestroy(stop);
   }
 
-  const ReferenceOutput reference = reference_paged_attention(*mask, batch);
+  const ReferenceOutput reference = reference_paged_attention(*variant, batch);
   report.visible_pairs = reference.visible_pairs;
   compare(config, batch, reference, out_bits, lse_values, report);
   return report;

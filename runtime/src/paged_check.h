@@ -11,6 +11,7 @@
 
 #include "flexjit/compiler/result.h"
 #include "flexjit/flexjit.h"
+#include "reference.h"
 
 namespace flexjit {
 
@@ -19,7 +20,9 @@ namespace flexjit {
 enum class KvLayout { NHD, HND };
 
 struct PagedCheckConfig {
-  std::string mask;
+  std::string mask;   // a mask or a variant
+  std::string score;  // a score to pair with a mask, or empty
+  std::vector<std::pair<std::string, std::string>> defines;  // const overrides
   // Contiguous K/V packed like q (the encoder call, fj_varlen_attention): context_lens must be
   // 0 and page_size/layout are ignored.
   bool contiguous = false;
@@ -31,7 +34,10 @@ struct PagedCheckConfig {
   KvLayout layout = KvLayout::NHD;
   std::vector<int> query_lens;    // new tokens of each request
   std::vector<int> context_lens;  // keys already cached before them (seq_len = context + query)
-  std::vector<int32_t> params;    // runtime parameters by slot
+  std::vector<int32_t> params;    // scalar runtime parameters by slot (floats as bits)
+  // Array runtime parameters by slot. Empty while the program declares arrays: random ones
+  // shaped by their dimension names (random_arrays below).
+  std::vector<HostArray> arrays;
   uint64_t seed = 1;
   int timing_iterations = 0;  // > 0: also time this many launches
   std::string arch;           // empty: the device's
@@ -48,6 +54,14 @@ struct PagedCheckReport {
   int64_t empty_rows_wrong = 0;  // rows with no visible key whose out is not 0 or lse not -inf
   double kernel_ms = 0;          // mean time per launch, when timed
 };
+
+// Random contents for array parameters, shaped by their dimension names: `b` has one row per
+// request, `h` one per query head, `q`/`kv` one per position up to the longest sequence, any
+// other name 16. Int arrays over positions (`doc: int[b, kv]`) hold nondecreasing segment ids
+// (documents of random lengths); other int arrays hold values in [0, longest sequence]
+// (prefix lengths; range bounds); float arrays hold values in [0, 1) (ALiBi-like slopes).
+std::vector<HostArray> random_arrays(const std::vector<RuntimeParam>& arrays, int num_reqs,
+                                     int num_heads, int max_seq_len, uint64_t seed);
 
 // Requires a CUDA device. `program` must come from `context`.
 Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* program,

@@ -11,8 +11,9 @@ namespace flexjit {
 namespace {
 
 // One (token, head) row of the output; returns the number of visible keys.
-int64_t reference_row(const MaskFunction& mask, const HostPagedBatch& batch, int request, int token,
-                      int head, double* out, double* lse) {
+int64_t reference_row(const Variant& variant, const HostPagedBatch& batch,
+                      const fj::MaskParams& params, int request, int token, int head, double* out,
+                      double* lse) {
   const int d = batch.head_dim;
   const int group = batch.num_heads / batch.num_kv_heads;
   const int kv_head = head / group;
@@ -27,14 +28,17 @@ int64_t reference_row(const MaskFunction& mask, const HostPagedBatch& batch, int
   std::vector<double> scores;
   std::vector<int> keys;
   for (int kv = 0; kv < kv_end; ++kv) {
-    const EvalPoint point{request, head, q_pos, kv, batch.params};
-    if (!evaluate_mask(mask, point)) continue;
+    const EvalPoint point{request, head, q_pos, kv, &params};
+    if (!evaluate_mask(variant, point)) continue;
     const int64_t block = block_row[kv / batch.page_size];
     const int64_t slot = kv % batch.page_size;
     double dot = 0.0;
     for (int i = 0; i < d; ++i)
       dot += double{q_row[i]} * batch.k.at(block, slot, kv_head, i);
-    scores.push_back(dot * batch.scale);
+    const double scaled = dot * batch.scale;
+    scores.push_back(variant.has_score()
+                         ? double{evaluate_score(variant, static_cast<float>(scaled), point)}
+                         : scaled);
     keys.push_back(kv);
   }
   std::fill(out, out + d, 0.0);
@@ -60,7 +64,23 @@ int64_t reference_row(const MaskFunction& mask, const HostPagedBatch& batch, int
 
 }  // namespace
 
-ReferenceOutput reference_paged_attention(const MaskFunction& mask, const HostPagedBatch& batch) {
+fj::MaskParams HostPagedBatch::mask_params() const {
+  fj::MaskParams block{};
+  for (size_t i = 0; i < params.size() && i < static_cast<size_t>(fj::kMaxScalarParams); ++i) {
+    block.scalar[i] = params[i];
+  }
+  for (size_t i = 0; i < arrays.size() && i < static_cast<size_t>(fj::kMaxArrayParams); ++i) {
+    const HostArray& array = arrays[i];
+    const bool whole = int64_t{array.rows} * array.cols == static_cast<int64_t>(array.bits.size());
+    block.array[i] = whole
+                         ? fj::ArrayParam{array.bits.data(), array.rows, array.cols, array.cols, 0}
+                         : fj::ArrayParam{nullptr, 0, 0, 0, 0};
+  }
+  return block;
+}
+
+ReferenceOutput reference_paged_attention(const Variant& variant, const HostPagedBatch& batch) {
+  const fj::MaskParams params = batch.mask_params();
   ReferenceOutput result;
   const int num_tokens = batch.num_tokens();
   result.out.assign(int64_t{num_tokens} * batch.num_heads * batch.head_dim, 0.0);
@@ -81,7 +101,7 @@ ReferenceOutput reference_paged_attention(const MaskFunction& mask, const HostPa
       const auto [request, token] = rows[i];
       for (int h = 0; h < batch.num_heads; ++h) {
         const int64_t row = int64_t{token} * batch.num_heads + h;
-        local_visible += reference_row(mask, batch, request, token, h,
+        local_visible += reference_row(variant, batch, params, request, token, h,
                                        &result.out[row * batch.head_dim], &result.lse[row]);
       }
     }

@@ -21,6 +21,14 @@ struct HostCache {
   }
 };
 
+// A runtime array parameter on the host: rows x cols elements, dense row-major, each the int32
+// value or the float32 bits (by the parameter's element type).
+struct HostArray {
+  int32_t rows = 0;
+  int32_t cols = 1;
+  std::vector<int32_t> bits;
+};
+
 struct HostPagedBatch {
   int num_heads = 0;
   int num_kv_heads = 0;
@@ -34,7 +42,12 @@ struct HostPagedBatch {
   int max_blocks_per_req = 0;
   std::vector<float> q;  // [num_tokens][num_heads][head_dim], values as the kernel reads them
   HostCache k, v;
-  std::vector<int32_t> params;  // runtime parameters by slot
+  std::vector<int32_t> params;    // scalar runtime parameters by slot (floats as bits)
+  std::vector<HostArray> arrays;  // array runtime parameters by slot
+
+  // The parameter block the host evaluator reads: scalars, and arrays pointing into `arrays`
+  // (valid while this batch lives and its arrays are not resized).
+  fj::MaskParams mask_params() const;
 
   int num_reqs() const { return static_cast<int>(seq_lens.size()); }
   int num_tokens() const { return query_start_loc.empty() ? 0 : query_start_loc.back(); }
@@ -47,6 +60,8 @@ struct ReferenceOutput {
 };
 
 // Runs on all hardware threads; deterministic.
-ReferenceOutput reference_paged_attention(const MaskFunction& mask, const HostPagedBatch& batch);
+// Scores are scale * dot in double, then the variant's score modifier in float32 (as the
+// kernel applies it), then the mask.
+ReferenceOutput reference_paged_attention(const Variant& variant, const HostPagedBatch& batch);
 
 }  // namespace flexjit

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "flexjit/flexjit.h"
 #include "ops_check.h"
@@ -90,6 +92,69 @@ TEST_CASE("paged prefill matches the float64 reference", "[gpu]") {
   config.params[slot_of("window")] = 100;
   config.seed = 1000 + page_size + group + head_dim;
   require_correct(config, check(config));
+}
+
+// The masks and scores of the full language: arrays (prefix lengths, document ids, ALiBi
+// slopes), float scores, compile-time constants overridden so that chunk boundaries fall
+// inside the batch. Arrays are random but shaped by their dimension names (random_arrays).
+TEST_CASE("the standard library's masks and scores match the reference", "[gpu]") {
+  struct Case {
+    const char* mask;
+    const char* score;
+    std::vector<std::pair<std::string, std::string>> defines;
+  };
+  const std::vector<Case> cases = {
+      {"prefix_lm", "", {}},
+      {"rswa", "", {}},
+      {"chunked", "", {{"chunk", "96"}}},
+      {"document", "", {}},
+      {"prefix_ranges", "", {}},
+      {"causal_softcap", "", {{"cap", "2.5"}}},  // a small cap so the tanh really bends
+      {"causal_alibi", "", {}},
+      {"gemma2_local", "", {}},
+      {"sliding", "alibi", {}},
+      {"document", "softcap", {{"cap", "4"}}},
+  };
+  for (const Case& c : cases) {
+    for (const fj_dtype dtype : {FJ_DTYPE_BF16, FJ_DTYPE_FP16}) {
+      flexjit::PagedCheckConfig config;
+      config.mask = c.mask;
+      config.score = c.score;
+      config.defines = c.defines;
+      config.dtype = dtype;
+      config.head_dim = 128;
+      config.page_size = 16;
+      config.num_kv_heads = 2;
+      config.num_heads = 8;
+      config.query_lens = {1, 7, 300, 129};
+      config.context_lens = {700, 50, 0, 200};
+      config.params.assign(1, 0);
+      config.params[slot_of("window")] = 100;
+      config.seed = 77 + static_cast<int>(dtype);
+      const flexjit::PagedCheckReport report = check(config);
+      INFO(c.mask << " " << c.score);
+      require_correct(config, report);
+      CHECK(report.visible_pairs > 0);
+    }
+  }
+}
+
+// The encoder path with array-driven masks: documents in packed encoder batches.
+TEST_CASE("encoder path runs document and softcap variants", "[gpu]") {
+  for (const char* mask : {"document", "gemma2_global"}) {
+    flexjit::PagedCheckConfig config;
+    config.mask = mask;
+    config.contiguous = true;
+    config.head_dim = 64;
+    config.num_heads = 4;
+    config.num_kv_heads = 4;
+    config.query_lens = {300, 77};
+    config.context_lens = {0, 0};
+    config.params.assign(1, 0);
+    config.seed = 9;
+    INFO(mask);
+    require_correct(config, check(config));
+  }
 }
 
 TEST_CASE("rows with no visible key give 0 and lse -inf", "[gpu]") {

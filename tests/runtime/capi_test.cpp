@@ -39,6 +39,31 @@ fj_kernel_desc make_desc(const char* mask, const char* arch) {
   return desc;
 }
 
+// Arguments every check passes (one request of 4 tokens, 8 heads over 2 kv heads, head dim
+// 128, page 16) over host memory: the driver must never see them.
+fj_paged_attention_args valid_args(char* memory, int32_t* window) {
+  fj_paged_attention_args args{};
+  args.struct_size = sizeof(args);
+  args.q = args.k_cache = args.v_cache = memory;
+  args.out = memory;
+  args.query_start_loc = args.seq_lens = args.block_table = reinterpret_cast<int32_t*>(memory);
+  args.num_tokens = 4;
+  args.num_reqs = 1;
+  args.num_heads = 8;
+  args.num_kv_heads = 2;
+  args.max_query_len = 4;
+  args.max_blocks_per_req = 2;
+  args.q_stride_token = args.out_stride_token = 8 * 128;
+  args.q_stride_head = args.out_stride_head = 128;
+  args.k_stride_block = args.v_stride_block = 16 * 2 * 128;
+  args.k_stride_slot = args.v_stride_slot = 2 * 128;
+  args.k_stride_head = args.v_stride_head = 128;
+  args.block_table_stride = 2;
+  args.params = window;
+  args.num_params = 1;
+  return args;
+}
+
 }  // namespace
 
 TEST_CASE("status strings and version") {
@@ -101,7 +126,7 @@ TEST_CASE("runtime parameters are found by name") {
   CHECK(fj_program_param_count(program, &count) == FJ_SUCCESS);
   CHECK(count == 1);
   CHECK(fj_program_param_slot(program, "nope", &slot) == FJ_ERROR_NOT_FOUND);
-  CHECK(c.error() == "no runtime parameter 'nope'");
+  CHECK(c.error() == "no scalar runtime parameter 'nope'");
   fj_program_destroy(program);
 }
 
@@ -147,10 +172,18 @@ TEST_CASE("every standard kernel compiles with NVRTC for sm_80 and sm_90a") {
     std::string name;
   };
   std::vector<Job> jobs;
+  // Every mask and variant at head dims 64 and 128; the other head dims with causal only
+  // (they exercise the template, not the variant).
+  const std::vector<std::string> names = {
+      "causal",        "bidirectional", "sliding",       "sliding_sym", "prefix_lm",
+      "prefix_ranges", "rswa",          "chunked",       "document",    "causal_softcap",
+      "causal_alibi",  "gemma2_local",  "gemma2_global", "llama4_local"};
   for (const char* arch : {"sm_80", "sm_90a"}) {
-    for (const char* mask : {"causal", "sliding", "bidirectional", "sliding_sym"}) {
+    for (const std::string& name : names) {
+      const char* mask = name.c_str();
       for (fj_dtype dtype : {FJ_DTYPE_BF16, FJ_DTYPE_FP16}) {
         for (int head_dim : {64, 80, 96, 128, 256}) {
+          if (name != "causal" && head_dim != 64 && head_dim != 128) continue;
           for (int page_size : {16, 0}) {
             Job job{make_desc(mask, arch)};
             job.desc.dtype = dtype;
@@ -207,25 +240,10 @@ TEST_CASE("launch arguments are checked before the driver is touched") {
 
   alignas(16) static char memory[4096];
   int32_t window = 8;
-  fj_paged_attention_args args{};
-  args.struct_size = sizeof(args);
-  args.q = args.k_cache = args.v_cache = memory;
-  args.out = memory;
-  args.query_start_loc = args.seq_lens = args.block_table = reinterpret_cast<int32_t*>(memory);
-  args.num_tokens = 4;
-  args.num_reqs = 1;
-  args.num_heads = 8;
-  args.num_kv_heads = 2;
-  args.max_query_len = 4;
-  args.max_blocks_per_req = 2;
-  args.q_stride_token = args.out_stride_token = 8 * 128;
-  args.q_stride_head = args.out_stride_head = 128;
-  args.k_stride_block = args.v_stride_block = 16 * 2 * 128;
-  args.k_stride_slot = args.v_stride_slot = 2 * 128;
-  args.k_stride_head = args.v_stride_head = 128;
-  args.block_table_stride = 2;
-  args.params = &window;
-  args.num_params = 1;
+  fj_paged_attention_args args = valid_args(memory, &window);
+  const fj_array no_arrays[4] = {};
+  args.arrays = no_arrays;
+  args.num_arrays = 4;
 
   auto expect_invalid = [&](fj_paged_attention_args bad, const char* fragment) {
     INFO(fragment);
@@ -264,5 +282,144 @@ TEST_CASE("launch arguments are checked before the driver is touched") {
     CHECK(c.error().find("libcuda") != std::string::npos);
   }
   fj_kernel_destroy(kernel);
+  fj_program_destroy(program);
+}
+
+TEST_CASE("array parameters are checked against what the kernel reads") {
+  Context c;
+  fj_program* program = load_standard(c);
+  fj_kernel_desc desc = make_desc("prefix_lm", "sm_90a");
+  fj_kernel* kernel = nullptr;
+  REQUIRE(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_SUCCESS);
+
+  alignas(16) static char memory[4096];
+  int32_t window = 8;
+  fj_paged_attention_args args = valid_args(memory, &window);
+  args.num_reqs = 3;
+  args.max_query_len = 2;
+  // Slot 0 is prefix_len: int[b]; the others (ranges, doc, slopes) are not read by prefix_lm.
+  fj_array arrays[4] = {};
+  arrays[0] = {memory, 3, 1, 1};
+  args.arrays = arrays;
+  args.num_arrays = 4;
+
+  auto expect_invalid = [&](fj_paged_attention_args bad, const char* fragment) {
+    INFO(fragment);
+    CHECK(fj_paged_attention(kernel, &bad, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+    CHECK(c.error().find(fragment) != std::string::npos);
+  };
+  fj_paged_attention_args bad = args;
+  bad.num_arrays = 0;
+  expect_invalid(bad, "num_arrays is 0 but the program declares 4 array parameters");
+  bad = args;
+  bad.arrays = nullptr;
+  expect_invalid(bad, "arrays is null");
+  fj_array short_arrays[4] = {};
+  short_arrays[0] = {memory, 2, 1, 1};
+  bad = args;
+  bad.arrays = short_arrays;
+  expect_invalid(bad, "dimension 0 (`b`) has 2 entries, fewer than the 3");
+  fj_array null_data[4] = {};
+  null_data[0] = {nullptr, 3, 1, 1};
+  bad.arrays = null_data;
+  expect_invalid(bad, "`prefix_len`): data is null");
+  fj_array wide[4] = {};
+  wide[0] = {memory, 3, 2, 2};
+  bad.arrays = wide;
+  expect_invalid(bad, "a 1-D array has cols 1");
+  fj_array misaligned[4] = {};
+  misaligned[0] = {memory + 2, 3, 1, 1};
+  bad.arrays = misaligned;
+  expect_invalid(bad, "not 4-byte aligned");
+  if (!flexjit::cuda::driver_api()) {
+    CHECK(fj_paged_attention(kernel, &args, nullptr) == FJ_ERROR_CUDA);
+  }
+  fj_kernel_destroy(kernel);
+  fj_program_destroy(program);
+}
+
+TEST_CASE("scores, variants and defines select the kernel") {
+  Context c;
+  fj_program* program = load_standard(c);
+  const auto name_of = [&](fj_kernel_desc desc) -> std::string {
+    fj_kernel* kernel = nullptr;
+    if (fj_kernel_create(c.context, program, &desc, &kernel) != FJ_SUCCESS) return "error";
+    const char* name = nullptr;
+    fj_kernel_name(kernel, &name);
+    std::string result = name;
+    fj_kernel_destroy(kernel);
+    return result;
+  };
+  fj_kernel_desc desc = make_desc("sliding", "sm_90a");
+  desc.score = "alibi";
+  CHECK(name_of(desc) == "prefill_sliding_alibi_hd128_bf16_page16_sm90a");
+  desc = make_desc("gemma2_local", "sm_90a");
+  CHECK(name_of(desc) == "prefill_gemma2_local_hd128_bf16_page16_sm90a");
+
+  desc.score = "alibi";
+  CHECK(name_of(desc) == "error");
+  CHECK(c.error().find("`gemma2_local` is a variant, which names its own score") !=
+        std::string::npos);
+  desc = make_desc("causal", "sm_90a");
+  desc.score = "causal";
+  CHECK(name_of(desc) == "error");
+  CHECK(c.error().find("`causal` is a mask, not a score") != std::string::npos);
+
+  const fj_define good[] = {{"cap", "30"}, {"chunk", "4096"}};
+  desc = make_desc("causal_softcap", "sm_90a");
+  desc.defines = good;
+  desc.num_defines = 2;
+  CHECK(name_of(desc) == "prefill_causal_softcap_cap30p0_chunk4096_hd128_bf16_page16_sm90a");
+  const fj_define fractional[] = {{"cap", "-2.5"}};
+  desc.defines = fractional;
+  desc.num_defines = 1;
+  CHECK(name_of(desc) == "prefill_causal_softcap_capm2p5_hd128_bf16_page16_sm90a");
+  const fj_define unknown[] = {{"kap", "30"}};
+  desc.defines = unknown;
+  desc.num_defines = 1;
+  CHECK(name_of(desc) == "error");
+  CHECK(c.error().find("no const named `kap`") != std::string::npos);
+  const fj_define not_int[] = {{"chunk", "1.5"}};
+  desc.defines = not_int;
+  CHECK(name_of(desc) == "error");
+  CHECK(c.error().find("`chunk` is a int const; expected a decimal int32") != std::string::npos);
+  const fj_define control[] = {{"cap", "3\x1f"}};
+  desc.defines = control;
+  CHECK(name_of(desc) == "error");
+  CHECK(c.error().find("control character") != std::string::npos);
+  desc.defines = nullptr;
+  CHECK(name_of(desc) == "error");
+  CHECK(c.error() == "desc->defines is null");
+  fj_program_destroy(program);
+}
+
+TEST_CASE("parameter info names every scalar and array") {
+  Context c;
+  fj_program* program = load_standard(c);
+  int32_t count = 0;
+  REQUIRE(fj_program_param_count(program, &count) == FJ_SUCCESS);
+  CHECK(count == 1);
+  REQUIRE(fj_program_array_count(program, &count) == FJ_SUCCESS);
+  CHECK(count == 4);
+  fj_param_info info{};
+  info.struct_size = sizeof(info);
+  REQUIRE(fj_program_param_info(program, "doc", &info) == FJ_SUCCESS);
+  CHECK(info.type == FJ_PARAM_INT_ARRAY);
+  CHECK(info.slot == 2);
+  CHECK(info.rank == 2);
+  CHECK(std::string(info.dims[0]) == "b");
+  CHECK(std::string(info.dims[1]) == "kv");
+  REQUIRE(fj_program_param_info(program, "slopes", &info) == FJ_SUCCESS);
+  CHECK(info.type == FJ_PARAM_FLOAT_ARRAY);
+  CHECK(info.slot == 3);
+  REQUIRE(fj_program_param_info(program, "window", &info) == FJ_SUCCESS);
+  CHECK(info.type == FJ_PARAM_INT);
+  CHECK(info.rank == 0);
+  CHECK(fj_program_param_info(program, "cap", &info) == FJ_ERROR_NOT_FOUND);
+  int32_t slot = -1;
+  CHECK(fj_program_param_slot(program, "doc", &slot) == FJ_ERROR_NOT_FOUND);
+  CHECK(c.error().find("array parameter") != std::string::npos);
+  info.struct_size = 4;
+  CHECK(fj_program_param_info(program, "window", &info) == FJ_ERROR_INVALID_ARGUMENT);
   fj_program_destroy(program);
 }

@@ -47,7 +47,8 @@ struct LoadedFile {
   bool ok = false;
 };
 
-LoadedFile load_file(const std::string& path) {
+// `json`: diagnostics go to stdout as one JSON document (for editors) instead of stderr.
+LoadedFile load_file(const std::string& path, bool json = false) {
   LoadedFile file;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -59,15 +60,30 @@ LoadedFile load_file(const std::string& path) {
   file.source = flexjit::dsl::Source{path, text.str()};
   std::vector<flexjit::dsl::Diagnostic> diagnostics;
   file.module = flexjit::dsl::parse_and_check(file.source, diagnostics);
-  fmt::print(stderr, "{}", flexjit::dsl::format_diagnostics(file.source, diagnostics));
+  if (json) {
+    fmt::print("{}", flexjit::dsl::format_diagnostics_json(file.source, diagnostics));
+  } else {
+    fmt::print(stderr, "{}", flexjit::dsl::format_diagnostics(file.source, diagnostics));
+  }
   file.ok = !flexjit::dsl::has_errors(diagnostics);
   return file;
 }
 
-std::vector<std::string> mask_names(const flexjit::dsl::Module& module) {
+// Names of the file's declarations of `kind`, in order.
+std::vector<std::string> decl_names(const flexjit::dsl::Module& module,
+                                    flexjit::dsl::DeclKind kind) {
   std::vector<std::string> names;
   for (const auto& decl : module.decls) {
-    if (decl.kind == flexjit::dsl::DeclKind::Mask) names.push_back(decl.name);
+    if (decl.kind == kind) names.push_back(decl.name);
+  }
+  return names;
+}
+
+// Every mask, then every variant: what `compile --all` builds.
+std::vector<std::string> kernel_names(const flexjit::dsl::Module& module) {
+  std::vector<std::string> names = decl_names(module, flexjit::dsl::DeclKind::Mask);
+  for (std::string& name : decl_names(module, flexjit::dsl::DeclKind::Variant)) {
+    names.push_back(std::move(name));
   }
   return names;
 }
@@ -79,36 +95,72 @@ std::optional<int> parse_int(std::string_view text) {
   return value;
 }
 
-// Runtime parameter values by slot from `--set name=value` options. Every parameter the mask
-// reads must be given; the file's other parameters are passed as 0.
-Result<std::vector<int32_t>> parameter_values(const flexjit::MaskFunction& mask,
+// `NAME=VALUE` split in two, or an error naming the option.
+Result<std::pair<std::string, std::string>> split_setting(const std::string& setting,
+                                                          const char* option) {
+  const size_t eq = setting.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return flexjit::Error{fmt::format("{} '{}': expected NAME=VALUE", option, setting)};
+  }
+  return std::pair{setting.substr(0, eq), setting.substr(eq + 1)};
+}
+
+// The slot value of a scalar parameter from its text: an int, true/false (or 1/0) for a
+// bool, a float's bits for a float.
+Result<int32_t> scalar_value(const flexjit::RuntimeParam& param, const std::string& text) {
+  switch (param.type) {
+    case flexjit::dsl::Type::Bool:
+      if (text == "true" || text == "1") return 1;
+      if (text == "false" || text == "0") return 0;
+      break;
+    case flexjit::dsl::Type::Float: {
+      float value = 0.0f;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (error == std::errc() && end == text.data() + text.size() && std::isfinite(value)) {
+        return fj::float_to_bits(value);
+      }
+      break;
+    }
+    default:
+      if (const auto value = parse_int(text)) return *value;
+      break;
+  }
+  return flexjit::Error{fmt::format("--set {}={}: not a {} value", param.name, text,
+                                    flexjit::dsl::type_name(param.type))};
+}
+
+bool reads_param(const flexjit::Variant& variant, int slot) {
+  return flexjit::ir::uses_param(variant.mask, slot) ||
+         (variant.has_score() && flexjit::ir::uses_param(variant.score, slot));
+}
+
+// Scalar runtime parameter values by slot from `--set name=value` options. Every parameter
+// the variant reads must be given; the file's other parameters are passed as 0.
+Result<std::vector<int32_t>> parameter_values(const flexjit::Variant& variant,
                                               const std::vector<std::string>& settings) {
-  std::map<std::string, int32_t, std::less<>> given;
+  std::map<std::string, std::string, std::less<>> given;
   for (const std::string& setting : settings) {
-    const size_t eq = setting.find('=');
-    if (eq == std::string::npos) {
-      return flexjit::Error{fmt::format("--set '{}': expected NAME=VALUE", setting)};
+    auto pair = split_setting(setting, "--set");
+    if (!pair) return pair.error();
+    const bool known = std::any_of(variant.scalars.begin(), variant.scalars.end(),
+                                   [&](const auto& p) { return p.name == pair->first; });
+    if (!known) {
+      return flexjit::Error{fmt::format("--set: no scalar runtime parameter '{}'", pair->first)};
     }
-    const std::string name = setting.substr(0, eq);
-    const auto value = parse_int(std::string_view(setting).substr(eq + 1));
-    if (!value) {
-      return flexjit::Error{fmt::format("--set '{}': value is not a 32-bit integer", setting)};
-    }
-    const bool known = std::any_of(mask.params.begin(), mask.params.end(),
-                                   [&](const auto& p) { return p.name == name; });
-    if (!known) return flexjit::Error{fmt::format("--set: no runtime parameter '{}'", name)};
-    given[name] = *value;
+    given[pair->first] = pair->second;
   }
   std::vector<int32_t> values;
-  for (const flexjit::RuntimeParam& param : mask.params) {
+  for (const flexjit::RuntimeParam& param : variant.scalars) {
     auto it = given.find(param.name);
     if (it != given.end()) {
-      values.push_back(it->second);
-    } else if (!flexjit::ir::uses_param(mask.body, param.slot)) {
+      auto value = scalar_value(param, it->second);
+      if (!value) return value.error();
+      values.push_back(*value);
+    } else if (!reads_param(variant, param.slot)) {
       values.push_back(0);
     } else {
       return flexjit::Error{
-          fmt::format("mask '{}' reads runtime parameter '{}': give it with --set {}=N", mask.name,
+          fmt::format("'{}' reads runtime parameter '{}': give it with --set {}=V", variant.name,
                       param.name, param.name)};
     }
   }
@@ -138,37 +190,117 @@ int report_error(const flexjit::Error& error) {
   return 1;
 }
 
-int command_check(const std::string& path) {
-  const LoadedFile file = load_file(path);
+int command_check(const std::string& path, bool json) {
+  const LoadedFile file = load_file(path, json);
   if (!file.ok) return 1;
-  fmt::print("{}: ok ({} declarations)\n", path, file.module.decls.size());
+  if (!json) fmt::print("{}: ok ({} declarations)\n", path, file.module.decls.size());
   return 0;
 }
 
-int command_ir(const std::string& path, const std::string& only_mask) {
-  const LoadedFile file = load_file(path);
-  if (!file.ok) return 1;
-  for (const std::string& name : mask_names(file.module)) {
-    if (!only_mask.empty() && name != only_mask) continue;
-    auto mask = flexjit::lower_mask(file.module, name);
-    if (!mask) return report_error(mask.error());
-    fmt::print("mask {} = {}\n", name, flexjit::ir::to_string(mask->body));
-  }
-  return 0;
-}
-
+// What selects a kernel's variant: --mask (a mask or a variant), --score, -D NAME=VALUE.
 struct KernelOptions {
   std::string mask;
+  std::string score;
+  std::vector<std::string> defines;
   int head_dim = 128;
   std::string dtype = "bf16";
   int page_size = 16;
   std::string arch = "sm_90a";
+
+  // Parsed -D options, filled by selection(); fj_kernel_desc points into them.
+  std::vector<std::pair<std::string, std::string>> parsed_defines;
+  std::vector<fj_define> define_views;
+
+  Result<flexjit::VariantSelection> selection() {
+    parsed_defines.clear();
+    for (const std::string& define : defines) {
+      auto pair = split_setting(define, "-D");
+      if (!pair) return pair.error();
+      parsed_defines.push_back(std::move(*pair));
+    }
+    define_views.clear();
+    for (const auto& [name, value] : parsed_defines) {
+      define_views.push_back({name.c_str(), value.c_str()});
+    }
+    flexjit::VariantSelection selection;
+    selection.name = mask;
+    selection.score = score;
+    selection.defines = parsed_defines;
+    return selection;
+  }
 };
 
-int command_emit(const std::string& path, const KernelOptions& options) {
+// Prints one lowered expression; with `passes`, the IR as lowered and after each pass.
+void print_ir(std::string_view label, const flexjit::ir::Expr& lowered, bool passes) {
+  if (!passes) {
+    fmt::print("{} = {}\n", label, flexjit::ir::to_string(lowered));
+    return;
+  }
+  fmt::print("{}\n  lowered   {}\n", label, flexjit::ir::to_string(lowered));
+  for (const flexjit::ir::PassResult& pass : flexjit::ir::run_passes_traced(lowered)) {
+    fmt::print("  {:<9} {}\n", pass.name, flexjit::ir::to_string(pass.result));
+  }
+}
+
+// The IR of every mask, score and variant of the file (or of --mask / --score alone), after
+// the passes; with --passes, as lowered and after each pass.
+int command_ir(const std::string& path, KernelOptions& options, bool passes) {
   const LoadedFile file = load_file(path);
   if (!file.ok) return 1;
-  auto mask = flexjit::lower_mask(file.module, options.mask);
+  auto base = options.selection();
+  if (!base) return report_error(base.error());
+  base->optimize = !passes;
+  const auto lower = [&](const std::string& name, const std::string& score) {
+    flexjit::VariantSelection selection = *base;
+    selection.name = name;
+    selection.score = score;
+    return flexjit::lower_variant(file.module, selection);
+  };
+  using flexjit::dsl::DeclKind;
+  if (!options.mask.empty()) {
+    auto variant = lower(options.mask, options.score);
+    if (!variant) return report_error(variant.error());
+    print_ir(fmt::format("mask {}", variant->mask_name), variant->mask, passes);
+    if (variant->has_score()) {
+      print_ir(fmt::format("score {}", variant->score_name), variant->score, passes);
+    }
+    return 0;
+  }
+  const std::vector<std::string> masks = decl_names(file.module, DeclKind::Mask);
+  for (const std::string& name : masks) {
+    auto variant = lower(name, "");
+    if (!variant) return report_error(variant.error());
+    print_ir(fmt::format("mask {}", name), variant->mask, passes);
+  }
+  // A score is lowered paired with a mask; its IR does not depend on which.
+  for (const std::string& name : decl_names(file.module, DeclKind::Score)) {
+    if (masks.empty()) break;
+    auto variant = lower(masks.front(), name);
+    if (!variant) return report_error(variant.error());
+    print_ir(fmt::format("score {}", name), variant->score, passes);
+  }
+  for (const std::string& name : decl_names(file.module, DeclKind::Variant)) {
+    auto variant = lower(name, "");
+    if (!variant) return report_error(variant.error());
+    fmt::print("variant {} = {}{}\n", name, variant->mask_name,
+               variant->has_score() ? " with " + variant->score_name : "");
+  }
+  if (masks.empty()) return 0;
+  auto any_variant = lower(masks.front(), "");
+  if (!any_variant) return report_error(any_variant.error());
+  for (const flexjit::ConstantValue& constant : any_variant->constants) {
+    fmt::print("const {}: {} = {}{}\n", constant.name, flexjit::dsl::type_name(constant.type),
+               constant.value, constant.overridden ? " (-D)" : "");
+  }
+  return 0;
+}
+
+int command_emit(const std::string& path, KernelOptions& options) {
+  const LoadedFile file = load_file(path);
+  if (!file.ok) return 1;
+  auto selection = options.selection();
+  if (!selection) return report_error(selection.error());
+  auto mask = flexjit::lower_variant(file.module, *selection);
   if (!mask) return report_error(mask.error());
   flexjit::PrefillKernelConfig config;
   config.head_dim = options.head_dim;
@@ -228,10 +360,14 @@ std::optional<OpenProgram> open_program(const std::string& path) {
   return open;
 }
 
+// Requires options.selection() to have run (it parses the defines the desc points to).
 fj_kernel_desc kernel_desc(const KernelOptions& options) {
   fj_kernel_desc desc{};
   desc.struct_size = sizeof(desc);
   desc.mask = options.mask.c_str();
+  desc.score = options.score.empty() ? nullptr : options.score.c_str();
+  desc.defines = options.define_views.data();
+  desc.num_defines = static_cast<uint32_t>(options.define_views.size());
   desc.head_dim = options.head_dim;
   desc.dtype = options.dtype == "bf16" ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
   desc.page_size = options.page_size;
@@ -382,7 +518,11 @@ int command_compile_one(const std::string& path, const CompileOptions& options) 
   if (!inspect) return 0;
 
   // The spec the C API compiled, rebuilt here for the inspections that recompile it.
-  auto mask = flexjit::program_mask(*open->program, options.kernel.mask);
+  flexjit::VariantSelection selection;
+  selection.name = options.kernel.mask;
+  selection.score = options.kernel.score;
+  selection.defines = options.kernel.parsed_defines;
+  auto mask = flexjit::program_variant(*open->program, selection);
   if (!mask) return report_error(mask.error());
   const flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(*mask, kernel->config);
   if (flexjit::KernelCache::key(spec) != kernel->compiled->key()) {
@@ -458,15 +598,18 @@ int command_compile_all(const std::string& path, const CompileOptions& options) 
   if (!open) return 1;
   fj_context* context = open->context.get();
   const LoadedFile file = load_file(path);
-  const std::vector<std::string> masks = mask_names(file.module);
+  const std::vector<std::string> masks = kernel_names(file.module);
   std::vector<fj_kernel_desc> descs;
   for (const std::string& mask : masks) {
     for (int head_dim : *head_dims) {
       for (fj_dtype dtype : *dtypes) {
         for (int page_size : *page_sizes) {
-          KernelOptions kernel = options.kernel;
-          fj_kernel_desc desc = kernel_desc(kernel);
+          fj_kernel_desc desc = kernel_desc(options.kernel);
           desc.mask = mask.c_str();
+          // A variant names its own score; --score pairs with the masks only.
+          if (file.module.decls[file.module.find(mask)].kind == flexjit::dsl::DeclKind::Variant) {
+            desc.score = nullptr;
+          }
           desc.head_dim = head_dim;
           desc.dtype = dtype;
           desc.page_size = page_size;
@@ -509,7 +652,10 @@ int command_compile_all(const std::string& path, const CompileOptions& options) 
   return 0;
 }
 
-int command_compile(const std::string& path, const CompileOptions& options) {
+int command_compile(const std::string& path, CompileOptions& options) {
+  if (auto selection = options.kernel.selection(); !selection) {
+    return report_error(selection.error());
+  }
   if (options.all != options.kernel.mask.empty()) {
     return report_error({"compile: give --mask M, or --all for every mask of the file"});
   }
@@ -604,7 +750,7 @@ int command_cache(const std::string& action, bool json) {
 }
 
 struct HintOptions {
-  std::string mask;
+  KernelOptions kernel;
   int q_len = 1024;
   int kv_len = 1024;
   std::string tile = "64x64";
@@ -613,11 +759,17 @@ struct HintOptions {
 
 // The tile map of one request and head: query positions [kv_len - q_len, kv_len) as in a
 // paged call (DESIGN.md §3), keys [0, kv_len).
-int command_hints(const std::string& path, const HintOptions& options) {
+int command_hints(const std::string& path, HintOptions& options) {
   const LoadedFile file = load_file(path);
   if (!file.ok) return 1;
-  auto mask = flexjit::lower_mask(file.module, options.mask);
+  auto selection = options.kernel.selection();
+  if (!selection) return report_error(selection.error());
+  auto mask = flexjit::lower_variant(file.module, *selection);
   if (!mask) return report_error(mask.error());
+  if (!mask->arrays.empty()) {
+    return report_error({fmt::format("'{}' reads array parameters; hints cannot take arrays yet",
+                                     options.kernel.mask)});
+  }
   auto params = parameter_values(*mask, options.settings);
   if (!params) return report_error(params.error());
   const size_t x = options.tile.find('x');
@@ -637,6 +789,8 @@ int command_hints(const std::string& path, const HintOptions& options) {
     return report_error({"more than 4M tiles: use larger tiles"});
   }
   const int q_offset = options.kv_len - options.q_len;
+  fj::MaskParams block{};
+  std::copy(params->begin(), params->end(), block.scalar);
   int64_t counts[3] = {0, 0, 0};
   const bool draw = cols <= 200 && rows <= 200;
   for (int i = 0; i < rows; ++i) {
@@ -647,7 +801,7 @@ int command_hints(const std::string& path, const HintOptions& options) {
       tile.q1 = q_offset + std::min(options.q_len, (i + 1) * *tile_q);
       tile.k0 = j * *tile_k;
       tile.k1 = std::min(options.kv_len, (j + 1) * *tile_k);
-      const auto tile_class = flexjit::classify_tile(*mask, tile, *params);
+      const auto tile_class = flexjit::classify_tile(*mask, tile, &block);
       ++counts[static_cast<int>(tile_class)];
       line += ".#+"[static_cast<int>(tile_class)];
     }
@@ -657,7 +811,7 @@ int command_hints(const std::string& path, const HintOptions& options) {
   fmt::print(
       "{}: {} x {} tiles of {}: {} empty (.), {} full (#), {} partial (+); {:.1f}% "
       "of tiles computed\n",
-      options.mask, rows, cols, options.tile, counts[0], counts[1], counts[2],
+      options.kernel.mask, rows, cols, options.tile, counts[0], counts[1], counts[2],
       100.0 * (counts[1] + counts[2]) / total);
   return 0;
 }
@@ -675,10 +829,12 @@ struct RunOptions {
   int iterations = 20;
 };
 
-int command_run(const std::string& path, const RunOptions& options) {
+int command_run(const std::string& path, RunOptions& options) {
   const LoadedFile file = load_file(path);
   if (!file.ok) return 1;
-  auto mask = flexjit::lower_mask(file.module, options.kernel.mask);
+  auto selection = options.kernel.selection();
+  if (!selection) return report_error(selection.error());
+  auto mask = flexjit::lower_variant(file.module, *selection);
   if (!mask) return report_error(mask.error());
   auto params = parameter_values(*mask, options.settings);
   if (!params) return report_error(params.error());
@@ -705,6 +861,8 @@ int command_run(const std::string& path, const RunOptions& options) {
                                                                            fj_program_destroy);
   flexjit::PagedCheckConfig config;
   config.mask = options.kernel.mask;
+  config.score = options.kernel.score;
+  config.defines = selection->defines;
   config.dtype = options.kernel.dtype == "bf16" ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
   config.head_dim = options.kernel.head_dim;
   config.page_size = options.kernel.page_size;
@@ -740,10 +898,17 @@ int command_run(const std::string& path, const RunOptions& options) {
   return pass ? 0 : 1;
 }
 
-// --mask, --head-dim, --dtype, --page-size. The head dims accepted are the template's.
-void add_kernel_options(CLI::App* command, KernelOptions& options, bool mask_required) {
-  CLI::Option* mask = command->add_option("--mask", options.mask, "mask to compile");
+// --mask, --score, -D and, for kernels, --head-dim, --dtype, --page-size. The head dims
+// accepted are the template's.
+void add_selection_options(CLI::App* command, KernelOptions& options, bool mask_required) {
+  CLI::Option* mask = command->add_option("--mask", options.mask, "mask or variant");
   if (mask_required) mask->required();
+  command->add_option("--score", options.score, "score to pair with the mask");
+  command->add_option("-D,--define", options.defines, "override a const: NAME=VALUE");
+}
+
+void add_kernel_options(CLI::App* command, KernelOptions& options, bool mask_required) {
+  add_selection_options(command, options, mask_required);
   const CLI::Validator supported_head_dim(
       [](std::string& text) {
         const auto value = parse_int(text);
@@ -765,13 +930,17 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string path;
 
+  bool check_json = false;
   CLI::App* check = app.add_subcommand("check", "parse and check a mask file; exit 1 on errors");
   check->add_option("file", path, "mask file")->required();
+  check->add_flag("--json", check_json, "print the diagnostics as JSON on stdout (for editors)");
 
-  std::string ir_mask;
-  CLI::App* ir = app.add_subcommand("ir", "print the IR of each mask after lowering");
+  KernelOptions ir_options;
+  bool ir_passes = false;
+  CLI::App* ir = app.add_subcommand("ir", "print the IR of each mask, score and variant");
   ir->add_option("file", path, "mask file")->required();
-  ir->add_option("--mask", ir_mask, "print only this mask");
+  add_selection_options(ir, ir_options, false);
+  ir->add_flag("--passes", ir_passes, "show the IR as lowered and after each pass");
 
   KernelOptions emit_options;
   CLI::App* emit = app.add_subcommand("emit", "print the generated CUDA source of a kernel");
@@ -823,7 +992,7 @@ int main(int argc, char** argv) {
   HintOptions hint_options;
   CLI::App* hints = app.add_subcommand("hints", "draw the tile classes of a mask");
   hints->add_option("file", path, "mask file")->required();
-  hints->add_option("--mask", hint_options.mask, "mask to analyse")->required();
+  add_selection_options(hints, hint_options.kernel, true);
   hints->add_option("--q-len", hint_options.q_len, "query tokens (the last of the keys)");
   hints->add_option("--kv-len", hint_options.kv_len, "keys");
   hints->add_option("--tile", hint_options.tile, "tile shape QxK");
@@ -853,8 +1022,8 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
-  if (*check) return command_check(path);
-  if (*ir) return command_ir(path, ir_mask);
+  if (*check) return command_check(path, check_json);
+  if (*ir) return command_ir(path, ir_options, ir_passes);
   if (*emit) return command_emit(path, emit_options);
   if (*compile) return command_compile(path, compile_options);
   if (*cache) return command_cache(cache_action, cache_json);

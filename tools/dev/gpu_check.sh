@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the tree plus the binaries staged by
 # tools/dev/stage_gpu.sh in .carry/: the [gpu] tests, compute-sanitizer over a reduced set,
-# and `flexjit run` for each standard mask; prints a short table last.
+# and `flexjit run` for each standard mask; prints a short table last. An argument picks one
+# part (tests, sanitizer, compile, runs) so each fits one device call; none runs them all.
 set -uo pipefail
+part=${1:-all}
+want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64:$PWD/.carry/lib:${LD_LIBRARY_PATH:-}"
 export FLEXJIT_SOURCE_DIR=$PWD
@@ -13,20 +16,25 @@ masks=dsl/lib/standard.mask
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 status=0
-echo "== [gpu] tests"
-$bin/flexjit_tests_gpu "[gpu]" 2>&1 | tee "$out/gpu_tests.log" | tail -n 25
-gpu_tests=${PIPESTATUS[0]}
-[ "$gpu_tests" = 0 ] || status=1
+gpu_tests=skipped
+if want tests; then
+  echo "== [gpu] tests ($(date +%T))"
+  $bin/flexjit_tests_gpu "[gpu]" 2>&1 | tee "$out/gpu_tests.log" | tail -n 25
+  gpu_tests=${PIPESTATUS[0]}
+  [ "$gpu_tests" = 0 ] || status=1
+fi
 
 sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-if [ -x "$sanitizer" ]; then
+if ! want sanitizer; then
+  :
+elif [ -x "$sanitizer" ]; then
   echo "== compute-sanitizer memcheck (reduced)"
-  for mask in causal sliding; do
+  for mask in causal sliding document prefix_ranges causal_alibi; do
     "$sanitizer" --tool memcheck --error-exitcode 9 $bin/flexjit run $masks --mask $mask \
       --set window=100 --heads 8 --kv-heads 2 --query-lens 1,7,300 --context-lens 700,50,0 \
       --page-size 16 --iterations 0 >"$out/sanitizer_$mask.log" 2>&1
     rc=$?
-    echo "memcheck $mask: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/sanitizer_$mask.log")"
+    echo "memcheck $mask: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/sanitizer_$mask.log") ($(date +%T))"
     [ "$rc" = 0 ] || status=1
   done
   "$sanitizer" --tool memcheck --error-exitcode 9 $bin/flexjit_tests_gpu \
@@ -38,27 +46,31 @@ else
   echo "compute-sanitizer not found"
 fi
 
-echo "== compile speed (cold, disk hit from a new process, memory hit)"
-$bin/flexjit_bench_compile --cli $bin/flexjit --mask-file $masks 2>&1 | tee "$out/compile_bench.md"
+if want compile; then
+  echo "== compile speed (cold, disk hit from a new process, memory hit)"
+  $bin/flexjit_bench_compile --cli $bin/flexjit --mask-file $masks 2>&1 | tee "$out/compile_bench.md"
+fi
 
-echo "== flexjit run"
+want runs || exit $status
+echo "== flexjit run ($(date +%T))"
 table=""
-for mask in causal sliding; do
+for mask in ${RUN_MASKS:-causal sliding prefix_lm rswa chunked document causal_softcap causal_alibi}; do
   for dtype in bf16 fp16; do
     log="$out/run_${mask}_${dtype}.log"
     $bin/flexjit run $masks --mask $mask --dtype $dtype --set window=1024 --heads 32 --kv-heads 8 \
-      --query-lens 1,7,300,4096 --context-lens 4000,64,0,0 --iterations 20 >"$log" 2>&1
+      -D chunk=1024 \
+      --query-lens 1,7,300,2048 --context-lens 2000,64,0,0 --iterations 20 >"$log" 2>&1
     rc=$?
     [ "$rc" = 0 ] || status=1
     cat "$log"
     err=$(sed -n 's/^relative error *\([^ ]*\).*/\1/p' "$log")
     ms=$(sed -n 's/^kernel time *\([^ ]*\) ms.*/\1/p' "$log")
     tf=$(sed -n 's/.*(\([0-9.]*\) effective TFLOP.*/\1/p' "$log")
-    table+=$(printf '\n| %-8s | %-5s | %-10s | %-9s | %-8s | %s |' "$mask" "$dtype" "$err" "$ms" "$tf" "$([ $rc = 0 ] && echo PASS || echo FAIL)")
+    table+=$(printf '\n| %-14s | %-5s | %-10s | %-9s | %-8s | %s |' "$mask" "$dtype" "$err" "$ms" "$tf" "$([ $rc = 0 ] && echo PASS || echo FAIL)")
   done
 done
 echo
 echo "[gpu] tests exit: $gpu_tests"
-echo "| mask     | dtype | rel. error | time (ms) | TFLOP/s  | check |"
-echo "|----------|-------|------------|-----------|----------|-------|$table"
+echo "| mask           | dtype | rel. error | time (ms) | TFLOP/s  | check |"
+echo "|----------------|-------|------------|-----------|----------|-------|$table"
 exit $status

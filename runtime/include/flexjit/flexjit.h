@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define FJ_VERSION_MAJOR 0
-#define FJ_VERSION_MINOR 1
+#define FJ_VERSION_MINOR 2
 #define FJ_VERSION_PATCH 0
 /* Version as one integer: major * 10000 + minor * 100 + patch. */
 #define FJ_VERSION (FJ_VERSION_MAJOR * 10000 + FJ_VERSION_MINOR * 100 + FJ_VERSION_PATCH)
@@ -83,26 +83,69 @@ FJ_API fj_status fj_program_create_from_file(fj_context* context, const char* pa
 
 FJ_API fj_status fj_program_destroy(fj_program* program);
 
-/* Slot of runtime parameter `name` (its index among the file's `param` declarations): the
- * index into fj_paged_attention_args.params. Errors: FJ_ERROR_NOT_FOUND. */
+/* Runtime parameters. Scalars (`param window: int`) and arrays (`param doc: int[b, kv]`) are
+ * numbered apart, each in declaration order: scalar slot i is args.params[i], array slot i is
+ * args.arrays[i]. */
+
+/* Slot of scalar runtime parameter `name`: the index into fj_*_attention_args.params.
+ * Errors: FJ_ERROR_NOT_FOUND (no such scalar parameter; arrays have fj_program_param_info). */
 FJ_API fj_status fj_program_param_slot(const fj_program* program, const char* name, int32_t* slot);
 
-/* Number of runtime parameters the program declares. */
+/* Number of scalar runtime parameters the program declares. */
 FJ_API fj_status fj_program_param_count(const fj_program* program, int32_t* count);
 
+/* Number of array runtime parameters the program declares. */
+FJ_API fj_status fj_program_array_count(const fj_program* program, int32_t* count);
+
+typedef enum fj_param_type {
+  FJ_PARAM_INT = 1,        /* scalar int32: the slot holds the value */
+  FJ_PARAM_BOOL = 2,       /* scalar bool: the slot holds 0 or 1 (nonzero reads as true) */
+  FJ_PARAM_FLOAT = 3,      /* scalar float32: the slot holds the float's bits */
+  FJ_PARAM_INT_ARRAY = 4,  /* array of int32 */
+  FJ_PARAM_FLOAT_ARRAY = 5 /* array of float32 */
+} fj_param_type;
+
+typedef struct fj_param_info {
+  uint32_t struct_size; /* sizeof(fj_param_info), set by the caller */
+  fj_param_type type;
+  int32_t slot; /* among scalars or among arrays, by type */
+  int32_t rank; /* 0 for scalars, 1 or 2 for arrays */
+  /* Arrays: the declared dimension names ("b", "h", "q", "kv" or a free name such as "N"),
+   * rank of them; valid while the program lives. A dimension named "b" must have at least
+   * num_reqs (num_seqs) entries and one named "h" at least num_heads at launch. */
+  const char* dims[2];
+} fj_param_info;
+
+/* What runtime parameter `name` is and where it goes. Errors: FJ_ERROR_NOT_FOUND. */
+FJ_API fj_status fj_program_param_info(const fj_program* program, const char* name,
+                                       fj_param_info* info);
+
+/* A compile-time constant override (`const cap: float = 50.0` compiled with cap=30): the
+ * value is the literal's text, "30", "0.5", "true". A different value is a different kernel. */
+typedef struct fj_define {
+  const char* name;
+  const char* value;
+} fj_define;
+
 typedef struct fj_kernel_desc {
-  uint32_t struct_size; /* sizeof(fj_kernel_desc) */
-  const char* mask;     /* name of a mask of the program */
-  int32_t head_dim;     /* 64, 80, 96, 128 or 256 */
-  fj_dtype dtype;       /* of q, out, and the K/V cache */
-  int32_t page_size;    /* tokens per KV-cache block: a multiple of 16, at most 1024, for
-                           fj_paged_attention; 0 for the contiguous-KV (encoder) kernel of
-                           fj_varlen_attention */
-  const char* arch;     /* "sm_80", "sm_90a", ...; null: the current CUDA device's */
+  uint32_t struct_size;     /* sizeof(fj_kernel_desc) */
+  const char* mask;         /* name of a mask or of a variant of the program */
+  int32_t head_dim;         /* 64, 80, 96, 128 or 256 */
+  fj_dtype dtype;           /* of q, out, and the K/V cache */
+  int32_t page_size;        /* tokens per KV-cache block: a multiple of 16, at most 1024, for
+                               fj_paged_attention; 0 for the contiguous-KV (encoder) kernel of
+                               fj_varlen_attention */
+  const char* arch;         /* "sm_80", "sm_90a", ...; null: the current CUDA device's */
+  const char* score;        /* name of a score to pair with `mask`; null or "" for none. Must be
+                               null when `mask` names a variant (it names its own score) */
+  const fj_define* defines; /* num_defines overrides of the program's consts; may be null */
+  uint32_t num_defines;
 } fj_kernel_desc;
 
 /* Generates and compiles (or fetches from the context's cache) the attention kernel for
- * `desc`. Errors: FJ_ERROR_INVALID_ARGUMENT, FJ_ERROR_NOT_FOUND (unknown mask),
+ * `desc`. Errors: FJ_ERROR_INVALID_ARGUMENT, FJ_ERROR_NOT_FOUND (unknown mask, variant, score
+ * or const, a score given with a variant, or a define value that is not a literal of its const's
+ * type),
  * FJ_ERROR_UNSUPPORTED, FJ_ERROR_COMPILE, FJ_ERROR_CUDA (arch null and no usable device). */
 FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program,
                                   const fj_kernel_desc* desc, fj_kernel** out);
@@ -112,6 +155,16 @@ FJ_API fj_status fj_kernel_destroy(fj_kernel* kernel);
 /* Readable kernel name, e.g. "prefill_sliding_hd128_bf16_page16_sm90a"; valid while the
  * kernel lives. */
 FJ_API fj_status fj_kernel_name(const fj_kernel* kernel, const char** name);
+
+/* A runtime array parameter at launch: dense row-major int32 or float32 elements in device
+ * memory, 4-byte aligned. A 1-D array has cols == 1. Element [i, j] is data[i * row_stride + j].
+ * Reads outside [0, rows) x [0, cols) yield 0 in the kernel (never out of bounds). */
+typedef struct fj_array {
+  const void* data; /* device pointer; may be null only when rows * cols == 0 */
+  int32_t rows;
+  int32_t cols;
+  int32_t row_stride; /* elements, >= cols */
+} fj_array;
 
 /* One paged attention call (DESIGN.md §3). All pointers are device pointers; strides are in
  * elements and must be multiples of 8 (16-byte rows), pointers 16-byte aligned.
@@ -157,8 +210,13 @@ typedef struct fj_paged_attention_args {
 
   float scale; /* softmax scale; 0 means 1 / sqrt(head_dim) */
 
-  const int32_t* params; /* host array: value of each runtime parameter, by slot */
-  int32_t num_params;    /* must equal the program's parameter count */
+  const int32_t* params;  /* host array: value of each scalar runtime parameter, by slot (a
+                             float parameter's slot holds its bits) */
+  int32_t num_params;     /* must equal the program's scalar parameter count */
+  int32_t num_arrays;     /* the program's array parameter count, or 0 when the kernel's variant
+                             reads no array */
+  const fj_array* arrays; /* host array of num_arrays descriptors, by array slot; arrays the
+                             variant does not read may be {NULL, 0, 0, 0} */
 } fj_paged_attention_args;
 
 /* Enqueues the kernel on `stream` (a CUstream; null is the legacy default stream) in the
@@ -196,8 +254,10 @@ typedef struct fj_varlen_attention_args {
 
   float scale; /* 0 means 1 / sqrt(head_dim) */
 
-  const int32_t* params; /* host array, by slot */
+  const int32_t* params; /* as in fj_paged_attention_args */
   int32_t num_params;
+  int32_t num_arrays;
+  const fj_array* arrays;
 } fj_varlen_attention_args;
 
 /* Enqueues an encoder kernel (page_size 0) on `stream`. Errors as fj_paged_attention, and
