@@ -4,7 +4,7 @@ import unittest
 
 from support import CudaArray, FakeTensor
 
-from flexjit._arrays import describe, paged_fields
+from flexjit._arrays import array_param_fields, describe, paged_fields, varlen_fields
 
 
 def call(**changes):
@@ -99,6 +99,92 @@ class StridesTest(unittest.TestCase):
         self.assertEqual(describe(holder, "y").strides, (3, 1))
         t = describe(FakeTensor((2, 3), "torch.bfloat16", device=2), "t")
         self.assertEqual((t.dtype, t.device_index, t.strides), ("bf16", 2, (3, 1)))
+
+
+def param(obj, dims, dtype="int32", num_reqs=2, num_heads=4):
+    return array_param_fields(describe(obj, "p"), dtype=dtype, dims=dims, num_reqs=num_reqs,
+                              num_heads=num_heads)
+
+
+class ArrayParamTest(unittest.TestCase):
+    def test_one_and_two_dimensions(self):
+        a = CudaArray((3,), "<i4", ptr=0x1000)
+        self.assertEqual(param(a, ("b",)), (0x1000, 3, 1, 1))
+        self.assertEqual(param(CudaArray((6,), "<i4", strides=(2,), ptr=0x1000), ("b",)),
+                         (0x1000, 6, 1, 2))
+        self.assertEqual(param(CudaArray((2, 100), "<i4", ptr=0x2000), ("b", "kv")),
+                         (0x2000, 2, 100, 100))
+        padded = CudaArray((2, 100), "<i4", strides=(128, 1), ptr=0x2000)  # rows of a wider one
+        self.assertEqual(param(padded, ("b", "kv")), (0x2000, 2, 100, 128))
+        self.assertEqual(param(CudaArray((4,), "<f4", ptr=0x3000), ("h",), dtype="fp32"),
+                         (0x3000, 4, 1, 1))
+        # One row: its stride is never used; a free dimension needs no extent.
+        self.assertEqual(param(CudaArray((1, 5), "<i4", strides=(0, 1)), ("b", "N"),
+                               num_reqs=1)[1:], (1, 5, 5))
+        self.assertEqual(param(FakeTensor((2, 8), "torch.int32", ptr=0x4000), ("b", "r")),
+                         (0x4000, 2, 8, 8))
+
+    def test_empty(self):
+        self.assertEqual(param(CudaArray((0, 7), "<i4"), ("N", "M")), (0, 0, 0, 0))
+
+    def test_rejections(self):
+        cases = [
+            (CudaArray((2,), "<f4"), ("b",), "int32", "p: dtype fp32, expected int32"),
+            (CudaArray((4,), "<i4"), ("h",), "fp32", "p: dtype int32, expected fp32"),
+            (CudaArray((2, 3), "<i4"), ("b",), "int32", "declared int32[b] (1-D), got shape "
+             "(2, 3)"),
+            (CudaArray((2,), "<i4"), ("b", "kv"), "int32", "(2-D), got shape (2,)"),
+            (CudaArray((2, 3), "<i4", strides=(1, 2)), ("b", "kv"), "int32", "contiguous"),
+            (CudaArray((2, 3), "<i4", strides=(0, 1)), ("b", "kv"), "int32",
+             "row stride 0 (elements) is smaller than the row length 3"),
+            (CudaArray((3,), "<i4", strides=(0,)), ("b",), "int32", "broadcast"),
+            (CudaArray((1,), "<i4"), ("b",), "int32", "dimension 0 (`b`) has 1 entries, the "
+             "call needs 2 (num_reqs)"),
+            (CudaArray((3,), "<f4"), ("h",), "fp32", "has 3 entries, the call needs 4 "
+             "(num_heads)"),
+            (CudaArray((2, 2), "<i4"), ("N", "h"), "int32", "dimension 1 (`h`)"),
+            (CudaArray((2,), "<i4", ptr=0x1002), ("b",), "int32", "not 4-byte aligned"),
+            (FakeTensor((2,), "torch.int32", device=None), ("b",), "int32", "not a CUDA"),
+        ]
+        for obj, dims, dtype, message in cases:
+            with self.subTest(message=message):
+                with self.assertRaises(ValueError) as caught:
+                    param(obj, dims, dtype)
+                self.assertIn(message, str(caught.exception))
+
+
+def varlen(**changes):
+    arrays = dict(q=CudaArray((9, 4, 64)), k=CudaArray((9, 2, 64)), v=CudaArray((9, 2, 64)),
+                  out=CudaArray((9, 4, 64)), cu_seqlens=CudaArray((3,), "<i4"))
+    arrays.update(changes)
+    return varlen_fields(head_dim=64, dtype="fp16",
+                         **{k: describe(v, k) for k, v in arrays.items()})
+
+
+class VarlenTest(unittest.TestCase):
+    def test_fields(self):
+        # k and v: head slices of a fused [tokens, 12, 64] QKV projection.
+        f = varlen(k=CudaArray((9, 2, 64), strides=(12 * 64, 64, 1)),
+                   lse=CudaArray((9, 4), "<f4", strides=(8, 1)))
+        self.assertEqual((f["num_tokens"], f["num_seqs"], f["num_heads"], f["num_kv_heads"]),
+                         (9, 2, 4, 2))
+        self.assertEqual((f["k_stride_token"], f["k_stride_head"], f["v_stride_token"]),
+                         (768, 64, 128))
+        self.assertEqual(f["lse_stride_token"], 8)
+
+    def test_rejections(self):
+        cases = [
+            (dict(k=CudaArray((8, 2, 64)), v=CudaArray((8, 2, 64))), "k: 8 tokens, q has 9"),
+            (dict(v=CudaArray((9, 1, 64))), "differs from k's"),
+            (dict(cu_seqlens=CudaArray((3,), "<f4")), "cu_seqlens: dtype fp32"),
+            (dict(q=CudaArray((9, 4, 128)), out=CudaArray((9, 4, 128))), "head_dim 128"),
+            (dict(lse=CudaArray((9, 2), "<f4")), "lse: shape (9, 2)"),
+        ]
+        for changes, message in cases:
+            with self.subTest(message=message):
+                with self.assertRaises(ValueError) as caught:
+                    varlen(**changes)
+                self.assertIn(message, str(caught.exception))
 
 
 if __name__ == "__main__":

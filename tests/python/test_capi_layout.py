@@ -11,7 +11,12 @@ import unittest
 from support import REPO
 from flexjit import _capi
 
-STRUCTS = {"fj_kernel_desc": _capi.KernelDesc, "fj_paged_attention_args": _capi.PagedAttentionArgs}
+STRUCTS = {"fj_kernel_desc": _capi.KernelDesc,
+           "fj_paged_attention_args": _capi.PagedAttentionArgs,
+           "fj_varlen_attention_args": _capi.VarlenAttentionArgs,
+           "fj_param_info": _capi.ParamInfo, "fj_define": _capi.Define, "fj_array": _capi.ArrayArg}
+ENUMS = {"fj_status": _capi.Status, "fj_dtype": _capi.Dtype, "fj_param_type": _capi.ParamType}
+ENUM_PREFIXES = {"fj_status": "FJ_ERROR_", "fj_dtype": "FJ_DTYPE_", "fj_param_type": "FJ_PARAM_"}
 
 
 @unittest.skipIf(shutil.which(os.environ.get("CC", "cc")) is None, "no C compiler (cc) found")
@@ -24,7 +29,13 @@ class StructLayoutTest(unittest.TestCase):
             lines.append(f'  printf("{c_name} sizeof %zu\\n", sizeof({c_name}));')
             for field, _ in struct._fields_:
                 lines.append(f'  printf("{c_name} {field} %zu\\n", offsetof({c_name}, {field}));')
-        lines += ['  printf("enum sizeof %zu\\n", sizeof(fj_dtype));', "  return 0;", "}"]
+        for c_name, enum in ENUMS.items():
+            lines.append(f'  printf("{c_name} sizeof %zu\\n", sizeof({c_name}));')
+            for member in enum:
+                c_member = "FJ_SUCCESS" if member.name == "SUCCESS" else \
+                    ENUM_PREFIXES[c_name] + member.name
+                lines.append(f'  printf("{c_name} {member.name} %d\\n", (int){c_member});')
+        lines += ["  return 0;", "}"]
         with tempfile.TemporaryDirectory() as tmp:
             source, exe = os.path.join(tmp, "layout.c"), os.path.join(tmp, "layout")
             with open(source, "w") as f:
@@ -40,7 +51,19 @@ class StructLayoutTest(unittest.TestCase):
     def test_sizes_match(self):
         for c_name, struct in STRUCTS.items():
             self.assertEqual(ctypes.sizeof(struct), self.layout[(c_name, "sizeof")], c_name)
-        self.assertEqual(ctypes.sizeof(ctypes.c_int), self.layout[("enum", "sizeof")])
+        for c_name in ENUMS:  # mirrored as ctypes.c_int
+            self.assertEqual(ctypes.sizeof(ctypes.c_int), self.layout[(c_name, "sizeof")])
+
+    def test_enum_values_match(self):
+        for c_name, enum in ENUMS.items():
+            for member in enum:
+                with self.subTest(enum=c_name, member=member.name):
+                    self.assertEqual(int(member), self.layout[(c_name, member.name)])
+        header = (REPO / "runtime" / "include" / "flexjit" / "flexjit.h").read_text()
+        for c_name, enum in ENUMS.items():  # no member missing from the mirror
+            body = header[header.index(f"typedef enum {c_name} {{"):]
+            body = body[:body.index(f"}} {c_name};")]
+            self.assertEqual(len(re.findall(r"\bFJ_[A-Z0-9_]+\s*=", body)), len(enum), c_name)
 
     def test_offsets_match(self):
         for c_name, struct in STRUCTS.items():
@@ -56,7 +79,8 @@ class StructLayoutTest(unittest.TestCase):
         for c_name, struct in STRUCTS.items():
             body = header[header.index(f"typedef struct {c_name} {{"):]
             body = body[:body.index(f"}} {c_name};")]
-            positions = [re.search(rf"[ *]{field}[;,]", body).start() for field, _ in struct._fields_]
+            positions = [re.search(rf"[ *]{field}[;,\[]", body).start()
+                         for field, _ in struct._fields_]
             self.assertEqual(positions, sorted(positions), c_name)
 
 

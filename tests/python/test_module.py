@@ -2,7 +2,9 @@
 an explicit architecture works everywhere; launching stops at the driver, after every check."""
 
 import ctypes
+import math
 import os
+import struct
 import subprocess
 import sys
 import unittest
@@ -10,9 +12,20 @@ import unittest
 from support import REPO, CudaArray, FakeTensor
 
 import flexjit
-from flexjit import Status
+from flexjit import ParamType, Status
 
 MASKS = str(REPO / "dsl" / "lib" / "standard.mask")
+
+# Every kind of runtime parameter, and a variant reading them.
+TYPED = """param temp: float
+param window: int
+param full: bool
+param bias: float[h]
+param table: int[N]
+mask m = full || (q >= kv && q - kv < window + table[0])
+score s = score / temp + bias[h]
+variant v = m with s
+"""
 
 
 def library_available():
@@ -76,6 +89,109 @@ class ModuleTest(unittest.TestCase):
             self.ctx.program_from_file(str(REPO / "no" / "such.mask"))
         self.assertEqual(caught.exception.status, Status.NOT_FOUND)
 
+    def test_standard_param_info(self):
+        self.assertEqual((self.program.param_count, self.program.array_count), (1, 4))
+        expected = {"window": (ParamType.INT, 0, 0, ()),
+                    "prefix_len": (ParamType.INT_ARRAY, 0, 1, ("b",)),
+                    "ranges": (ParamType.INT_ARRAY, 1, 2, ("b", "r")),
+                    "doc": (ParamType.INT_ARRAY, 2, 2, ("b", "kv")),
+                    "slopes": (ParamType.FLOAT_ARRAY, 3, 1, ("h",))}
+        for name, (kind, slot, rank, dims) in expected.items():
+            with self.subTest(name=name):
+                info = self.program.param_info(name)
+                self.assertEqual((info.name, info.type, info.slot, info.rank, info.dims),
+                                 (name, kind, slot, rank, dims))
+                self.assertEqual(info.is_array, rank > 0)
+        self.assertEqual(str(self.program.param_info("doc")), "doc: int[b, kv]")
+        self.assertEqual(str(self.program.param_info("slopes")), "slopes: float[h]")
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            self.program.param_info("cap")  # a const, not a runtime parameter
+        self.assertEqual(caught.exception.status, Status.NOT_FOUND)
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            self.program.param_slot("doc")
+        self.assertEqual(caught.exception.status, Status.NOT_FOUND)
+        self.assertIn("fj_program_param_info", caught.exception.message)
+
+    def test_param_packing(self):
+        program = self.ctx.program(TYPED, name="typed.mask")
+        self.assertEqual((program.param_count, program.array_count), (3, 2))
+        self.assertEqual([program.param_info(n).type for n in ("temp", "window", "full")],
+                         [ParamType.FLOAT, ParamType.INT, ParamType.BOOL])
+        values = program.param_values({"temp": 0.5, "window": -3, "full": True})
+        self.assertEqual(list(values), [0x3F000000, -3, 1])
+        values = program.param_values({"temp": -2, "full": 0})  # ints are numbers; 0/1 bools
+        self.assertEqual(list(values), [struct.unpack("<i", struct.pack("<f", -2.0))[0], 0, 0])
+        self.assertEqual(list(program.param_values({"temp": 1e-3})),
+                         [struct.unpack("<i", struct.pack("<f", 1e-3))[0], 0, 0])
+        self.assertEqual(list(program.param_values({"full": False})), [0, 0, 0])
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            program.param_values({"tmp": 1.0})
+        self.assertEqual(caught.exception.status, Status.NOT_FOUND)
+        self.assertIn("tmp", caught.exception.message)
+        cases = [({"bias": [1.0, 2.0]}, TypeError, "'bias' is an array (bias: float[h]): pass "
+                  "it in arrays="),
+                 ({"table": 3}, TypeError, "pass it in arrays="),
+                 ({"window": 1.5}, TypeError, "expected an int, got float"),
+                 ({"window": True}, TypeError, "expected an int, got bool"),
+                 ({"window": 2**31}, ValueError, "does not fit in int32"),
+                 ({"temp": True}, TypeError, "expected a number, got bool"),
+                 ({"temp": "0.5"}, TypeError, "expected a number, got str"),
+                 ({"temp": 1e39}, ValueError, "does not fit in float32"),
+                 ({"full": 2}, TypeError, "expected a bool, got 2")]
+        for params, error, message in cases:
+            with self.subTest(params=params):
+                with self.assertRaises(error) as caught:
+                    program.param_values(params)
+                self.assertIn(message, str(caught.exception))
+
+    def test_kernels_with_scores_variants_and_defines(self):
+        def name(mask, **options):
+            kernel = self.ctx.kernel(self.program, mask, head_dim=64, dtype="fp16",
+                                     arch="sm_90a", **options)
+            self.assertEqual((kernel.mask, kernel.score), (mask, options.get("score")))
+            return kernel.name
+        self.assertEqual(name("causal_softcap"), "prefill_causal_softcap_hd64_fp16_page16_sm90a")
+        self.assertEqual(name("causal", score="softcap"),
+                         "prefill_causal_softcap_hd64_fp16_page16_sm90a")
+        self.assertEqual(name("causal_alibi"), "prefill_causal_alibi_hd64_fp16_page16_sm90a")
+        self.assertEqual(name("document", score="alibi", page_size=0),
+                         "encoder_document_alibi_hd64_fp16_sm90a")
+        self.assertIn("gemma2_local", name("gemma2_local", defines={"cap": 30}))
+        self.assertIn("chunked", name("chunked", defines={"chunk": 128}))
+        kernel = self.ctx.kernel(self.program, "causal_softcap", head_dim=64, arch="sm_90a",
+                                 defines={"cap": 30.5})
+        self.assertEqual(kernel.defines, {"cap": "30.5"})
+
+    def test_kernel_errors(self):
+        cases = [
+            (dict(mask="causal_softcap", score="softcap"), (Status.NOT_FOUND,),
+             "names its own score"),
+            (dict(mask="causal", score="no_such_score"), (Status.NOT_FOUND,), "no_such_score"),
+            (dict(mask="causal", defines={"no_such_const": 1}), (Status.NOT_FOUND,),
+             "no_such_const"),
+            # The header says INVALID_ARGUMENT for a bad define; the library says NOT_FOUND.
+            (dict(mask="causal_softcap", defines={"cap": "abc"}),
+             (Status.INVALID_ARGUMENT, Status.NOT_FOUND), "cap=abc"),
+            (dict(mask="causal_softcap", defines={"cap": True}),
+             (Status.INVALID_ARGUMENT, Status.NOT_FOUND), "cap=true"),
+            (dict(mask="chunked", defines={"chunk": 0.5}),
+             (Status.INVALID_ARGUMENT, Status.NOT_FOUND), "chunk=0.5"),
+            (dict(mask="causal", defines={"cap": "1\n2"}), (Status.INVALID_ARGUMENT,),
+             "control character"),
+        ]
+        for options, statuses, message in cases:
+            with self.subTest(options=options):
+                with self.assertRaises(flexjit.FlexjitError) as caught:
+                    self.ctx.kernel(self.program, head_dim=64, arch="sm_90a", **options)
+                self.assertIn(caught.exception.status, statuses)
+                self.assertIn(message, caught.exception.message)
+        with self.assertRaisesRegex(ValueError, "define 'cap': inf is not a finite number"):
+            self.ctx.kernel(self.program, "causal_softcap", arch="sm_90a",
+                            defines={"cap": math.inf})
+        with self.assertRaisesRegex(TypeError, "define 'cap': expected a str"):
+            self.ctx.kernel(self.program, "causal_softcap", arch="sm_90a",
+                            defines={"cap": [1]})
+
     def test_params_by_name(self):
         program = self.ctx.program("param a: int\nparam window: int\n"
                                    "mask m = q >= kv && q - kv < window + a\n")
@@ -103,6 +219,119 @@ class ModuleTest(unittest.TestCase):
             launch.launch()
         self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
 
+    def test_array_params_at_launch(self):
+        kernel = self.ctx.kernel(self.program, "document", head_dim=64, dtype="fp16",
+                                 page_size=16, arch="sm_90a")
+        doc = CudaArray((2, 96), "<i4", strides=(128, 1), ptr=0x7F0000700000)
+        launch = kernel.prepare(**paged_arrays(), max_query_len=4, arrays={"doc": doc})
+        self.assertEqual(launch.args.num_arrays, 4)
+        slots = [(a.data or 0, a.rows, a.cols, a.row_stride)
+                 for a in launch.args.arrays[:launch.args.num_arrays]]
+        self.assertEqual(slots, [(0, 0, 0, 0), (0, 0, 0, 0), (0x7F0000700000, 2, 96, 128),
+                                 (0, 0, 0, 0)])
+        self.assertIs(launch.arrays["array:doc"], doc)
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
+        # Omitted, the array the mask reads arrives empty: the library refuses it.
+        launch = kernel.prepare(**paged_arrays(), max_query_len=4)
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.INVALID_ARGUMENT)
+        self.assertIn("`doc`", caught.exception.message)
+
+        alibi = self.ctx.kernel(self.program, "causal_alibi", head_dim=64, dtype="fp16",
+                                page_size=16, arch="sm_90a")
+        slopes = FakeTensor((4,), "torch.float32", ptr=0x7F0000800000, device=None)
+        with self.assertRaisesRegex(ValueError, "slopes: not a CUDA device array"):
+            alibi.prepare(**paged_arrays(), max_query_len=4, arrays={"slopes": slopes})
+        launch = alibi.prepare(**paged_arrays(), max_query_len=4,
+                               arrays={"slopes": CudaArray((4,), "<f4", ptr=0x7F0000800000)})
+        self.assertEqual((launch.args.arrays[3].rows, launch.args.arrays[3].cols,
+                          launch.args.arrays[3].row_stride), (4, 1, 1))
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
+
+        rswa = self.ctx.kernel(self.program, "rswa", head_dim=64, dtype="fp16", page_size=16,
+                               arch="sm_90a")
+        cases = [({"prefix_len": CudaArray((2,), "<f4")}, ValueError,
+                  "prefix_len: dtype fp32, expected int32"),
+                 ({"prefix_len": CudaArray((2, 1), "<i4")}, ValueError,
+                  "declared int32[b] (1-D)"),
+                 ({"prefix_len": CudaArray((1,), "<i4")}, ValueError,
+                  "the call needs 2 (num_reqs)"),
+                 ({"slopes": CudaArray((3,), "<f4")}, ValueError, "the call needs 4 (num_heads)"),
+                 ({"window": CudaArray((2,), "<i4")}, TypeError, "pass it in params="),
+                 ({"prefix_len": [1, 2]}, TypeError, "__cuda_array_interface__")]
+        for arrays, error, message in cases:
+            with self.subTest(arrays=arrays):
+                with self.assertRaises(error) as caught:
+                    rswa.prepare(**paged_arrays(), max_query_len=4, params={"window": 8},
+                                 arrays=arrays)
+                self.assertIn(message, str(caught.exception))
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            rswa.prepare(**paged_arrays(), max_query_len=4, arrays={"prefx_len": None})
+        self.assertEqual(caught.exception.status, Status.NOT_FOUND)
+        tensors = dict(q=FakeTensor((5, 4, 64), "torch.float16"),
+                       out=FakeTensor((5, 4, 64), "torch.float16"),
+                       k_cache=FakeTensor((6, 16, 2, 64), "torch.float16"),
+                       v_cache=FakeTensor((6, 16, 2, 64), "torch.float16"),
+                       block_table=FakeTensor((2, 3), "torch.int32"),
+                       query_start_loc=FakeTensor((3,), "torch.int32"),
+                       seq_lens=FakeTensor((2,), "torch.int32"))
+        with self.assertRaisesRegex(ValueError, "prefix_len: on cuda:1, q on cuda:0"):
+            rswa.prepare(**tensors, max_query_len=4,
+                         arrays={"prefix_len": FakeTensor((2,), "torch.int32", device=1)})
+
+    def test_float_params_reach_the_struct(self):
+        program = self.ctx.program(TYPED, name="typed.mask")
+        kernel = self.ctx.kernel(program, "v", head_dim=64, dtype="fp16", page_size=16,
+                                 arch="sm_90a")
+        launch = kernel.prepare(**paged_arrays(), max_query_len=4,
+                                params={"temp": 0.25, "window": 8, "full": True},
+                                arrays={"bias": CudaArray((4,), "<f4", ptr=0x7F0000900000),
+                                        "table": CudaArray((1,), "<i4", ptr=0x7F0000A00000)})
+        self.assertEqual((launch.args.num_params, launch.args.num_arrays), (3, 2))
+        self.assertEqual(launch.args.params[:3], [0x3E800000, 8, 1])
+        self.assertEqual([launch.args.arrays[i].data for i in range(2)],
+                         [0x7F0000900000, 0x7F0000A00000])
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
+
+    def test_varlen(self):
+        kernel = self.ctx.kernel(self.program, "document", head_dim=64, dtype="fp16",
+                                 page_size=0, arch="sm_90a")
+        self.assertTrue(kernel.name.startswith("encoder_document_hd64_fp16"), kernel.name)
+        qkv = CudaArray((9, 8, 64), ptr=0x7F0000100000)  # fused [tokens, 4 q + 2 k + 2 v, D]
+        arrays = dict(q=CudaArray((9, 4, 64), strides=(512, 64, 1), ptr=qkv.ptr),
+                      k=CudaArray((9, 2, 64), strides=(512, 64, 1), ptr=qkv.ptr + 4 * 128),
+                      v=CudaArray((9, 2, 64), strides=(512, 64, 1), ptr=qkv.ptr + 6 * 128),
+                      out=CudaArray((9, 4, 64), ptr=0x7F0000200000),
+                      cu_seqlens=CudaArray((3,), "<i4", ptr=0x7F0000300000))
+        doc = CudaArray((2, 7), "<i4", ptr=0x7F0000400000)
+        launch = kernel.prepare_varlen(**arrays, max_seq_len=7, arrays={"doc": doc})
+        self.assertEqual(launch.call, "fj_varlen_attention")
+        self.assertEqual((launch.args.num_seqs, launch.args.num_kv_heads,
+                          launch.args.k_stride_token, launch.args.max_seq_len), (2, 2, 512, 7))
+        self.assertEqual((launch.args.arrays[2].rows, launch.args.arrays[2].cols), (2, 7))
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
+        launch.args.num_arrays = 1
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.INVALID_ARGUMENT)
+        self.assertIn("num_arrays is 1 but the program declares 4", caught.exception.message)
+        self.assertIn("fj_varlen_attention", str(caught.exception))
+        with self.assertRaisesRegex(ValueError, "use varlen"):
+            kernel.prepare(**paged_arrays(), max_query_len=4)
+        paged = self.ctx.kernel(self.program, "causal", head_dim=64, dtype="fp16",
+                                page_size=16, arch="sm_90a")
+        with self.assertRaisesRegex(ValueError, "page_size=0"):
+            paged.prepare_varlen(**arrays, max_seq_len=7)
+
     def test_the_library_checks_see_the_fields_we_set(self):
         kernel = self.ctx.kernel(self.program, "causal", head_dim=64, dtype="fp16", page_size=16,
                                  arch="sm_90a")
@@ -113,6 +342,7 @@ class ModuleTest(unittest.TestCase):
                  ("block_table_stride", 2, "block_table_stride (2) is smaller than "
                   "max_blocks_per_req (3)"),
                  ("num_params", 0, "num_params is 0 but the program declares 1"),
+                 ("num_arrays", 3, "num_arrays is 3 but the program declares 4"),
                  ("scale", float("inf"), "scale is not finite")]
         for field, value, message in cases:
             with self.subTest(field=field):
@@ -153,6 +383,19 @@ class ModuleTest(unittest.TestCase):
         del ctx, program, kernel  # the kernel keeps program and context alive until it goes
 
 
+class DefineTextTest(unittest.TestCase):
+    def test_literals(self):
+        cases = [(True, "true"), (False, "false"), (30, "30"), (-4, "-4"), (0.5, "0.5"),
+                 (50.0, "50.0"), (1e-5, "1e-05"), ("2.5", "2.5"), (2**40, str(2**40))]
+        for value, text in cases:
+            with self.subTest(value=value):
+                self.assertEqual(flexjit.define_text("c", value), text)
+        with self.assertRaises(ValueError):
+            flexjit.define_text("c", math.nan)
+        with self.assertRaises(TypeError):
+            flexjit.define_text("c", None)
+
+
 class ImportTest(unittest.TestCase):
     def test_imports_without_torch(self):
         code = ("import sys; sys.modules['torch'] = None; import flexjit; "
@@ -168,6 +411,17 @@ class ImportTest(unittest.TestCase):
                                 capture_output=True, text=True)
         self.assertIn("set FLEXJIT_LIBRARY", result.stdout)
         self.assertIn("/nonexistent/libflexjit_runtime.so", result.stdout)
+
+    def test_a_library_without_our_functions_is_reported(self):
+        # Any shared library lacking the C API's functions (an older libflexjit_runtime.so)
+        # is refused at load time, not at the first call of a missing function.
+        code = "import flexjit\ntry:\n  flexjit.Context()\nexcept OSError as e:\n  print(e)\n"
+        env = dict(os.environ, PYTHONPATH=str(REPO / "tools" / "python"),
+                   FLEXJIT_LIBRARY="libc.so.6")
+        result = subprocess.run([sys.executable, "-c", code], check=True, env=env,
+                                capture_output=True, text=True)
+        self.assertIn("libc.so.6: ", result.stdout)
+        self.assertIn("older than this module", result.stdout)
 
 
 if __name__ == "__main__":

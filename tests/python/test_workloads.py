@@ -9,6 +9,17 @@ import unittest
 import support  # noqa: F401  (sets sys.path)
 import workloads as W
 
+import flexjit
+from flexjit import ParamType
+
+
+def library_available():
+    try:
+        flexjit.runtime_version()
+        return True
+    except OSError:
+        return False
+
 
 def small(mask, requests, **params):
     return W.Workload(name=f"t_{mask}", kind="prefill", flexjit_mask=mask, mask=mask, score=None,
@@ -82,6 +93,88 @@ class WorkloadTableTest(unittest.TestCase):
         self.assertEqual(W.select(ws, only="nothing"), [])
 
 
+class FlexjitArgumentsTest(unittest.TestCase):
+    def test_alibi_slopes(self):
+        self.assertEqual(W.alibi_slopes(8), [2.0 ** -(h + 1) for h in range(8)])
+        self.assertEqual(W.alibi_slopes(32)[0], 2.0 ** -0.25)
+        self.assertEqual(W.alibi_slopes(32)[-1], 2.0 ** -8)
+        # Not a power of two: 8 geometric slopes, then every other one of 16's (BLOOM's).
+        twelve = W.alibi_slopes(12)
+        self.assertEqual(twelve[:8], W.alibi_slopes(8))
+        self.assertEqual(twelve[8:], W.alibi_slopes(16)[0:8:2])
+        self.assertEqual(W.alibi_slopes(0), [])
+
+    def test_scalars_and_arrays(self):
+        ws = {w.name: w for w in W.workloads()}
+        scalars, arrays = W.flexjit_arguments(ws["prefill_rswa_8k"])
+        self.assertEqual(scalars, {"window": W.WINDOW})
+        self.assertEqual(arrays, {"prefix_len": ("int32", [2048])})
+        scalars, arrays = W.flexjit_arguments(ws["prefill_causal+alibi_8k"])
+        self.assertEqual(scalars, {})
+        self.assertEqual(arrays["slopes"], ("float32", W.alibi_slopes(32)))
+        w = ws["prefill_document_16k"]
+        _, arrays = W.flexjit_arguments(w)
+        self.assertEqual(arrays["doc"], ("int32", w.params["doc"]))  # the peer's very ids
+        self.assertEqual(W.flexjit_arguments(ws["decode_b64_4k"]), ({}, {}))
+
+    def test_ragged_document_rows_are_padded(self):
+        w = small("document", [(2, 3), (4, 5)], doc=[[0, 0, 1], [0, 1, 1, 2, 2]])
+        _, arrays = W.flexjit_arguments(w)
+        self.assertEqual(arrays["doc"], ("int32", [[0, 0, 1, -1, -1], [0, 1, 1, 2, 2]]))
+        with self.assertRaisesRegex(ValueError, "one row of seq_len ids per request"):
+            W.flexjit_arguments(small("document", [(2, 3), (4, 5)], doc=[[0, 0, 1]]))
+        with self.assertRaisesRegex(ValueError, "prefix_len has 1 entries, expected 2"):
+            W.flexjit_arguments(small("prefix_lm", [(2, 3), (4, 5)], prefix_len=[1]))
+
+    def test_defines(self):
+        ws = {w.name: w for w in W.workloads()}
+        self.assertEqual(W.flexjit_defines(ws["prefill_causal+softcap_8k"]), {})
+        self.assertEqual(W.flexjit_defines(ws["prefill_causal_8k"]), {})
+        original = W.SOFTCAP
+        try:
+            W.SOFTCAP = 30.0
+            self.assertEqual(W.flexjit_defines(ws["prefill_causal+softcap_8k"]), {"cap": 30.0})
+            self.assertEqual(W.flexjit_defines(ws["prefill_causal+alibi_8k"]), {})
+        finally:
+            W.SOFTCAP = original
+
+    def test_standard_cap_is_the_files(self):
+        text = (support.REPO / "dsl" / "lib" / "standard.mask").read_text()
+        self.assertIn(f"const cap: float = {W.STANDARD_CAP}", text)
+
+    @unittest.skipUnless(library_available(), "libflexjit_runtime.so not found")
+    def test_flexjit_takes_every_workload(self):
+        # What bench.py asks flexjit for, checked against the real standard.mask: each
+        # workload's mask or variant compiles, and its arguments match the declarations.
+        ctx = flexjit.Context()
+        program = ctx.program_from_file(str(support.REPO / "dsl" / "lib" / "standard.mask"))
+        types = {"int32": ParamType.INT_ARRAY, "float32": ParamType.FLOAT_ARRAY}
+        compiled = set()
+        for w in W.workloads():
+            with self.subTest(workload=w.name):
+                scalars, arrays = W.flexjit_arguments(w)
+                program.param_values(scalars)
+                for name, (dtype, rows) in arrays.items():
+                    info = program.param_info(name)
+                    self.assertEqual(info.type, types[dtype])
+                    shape = (len(rows), len(rows[0])) if isinstance(rows[0], list) else \
+                        (len(rows),)
+                    self.assertEqual(len(shape), info.rank)
+                    for extent, dim in zip(shape, info.dims):
+                        need = {"b": len(w.requests), "h": w.num_heads,
+                                "kv": max(s for _, s in w.requests)}.get(dim, 0)
+                        self.assertGreaterEqual(extent, need, dim)
+                key = (w.flexjit_mask, tuple(sorted(W.flexjit_defines(w).items())))
+                if key not in compiled:
+                    kernel = ctx.kernel(program, w.flexjit_mask, defines=W.flexjit_defines(w),
+                                        arch="sm_90a")
+                    self.assertIn(w.flexjit_mask, kernel.name)
+                    compiled.add(key)
+        self.assertEqual({mask for mask, _ in compiled},
+                         {"causal", "sliding", "prefix_lm", "rswa", "document", "causal_softcap",
+                          "causal_alibi"})
+
+
 class LayoutTest(unittest.TestCase):
     def test_block_table(self):
         seq_lens = [33, 16, 1, 0]
@@ -148,6 +241,10 @@ class TableTest(unittest.TestCase):
         self.assertIn("bf16 matmul 700 TFLOP/s", text)
         for w in chosen:
             self.assertIn(f"| {w.name} |", text)
+        table = W.workload_table(W.workloads())
+        for line in table.splitlines()[2:]:  # the `|` of prefix_lm's mask is escaped
+            self.assertEqual(line.replace("\\|", "").count("|"), 6, line)
+        self.assertIn("q >= kv \\| kv < prefix_len[b]", table)
 
 
 if __name__ == "__main__":

@@ -230,20 +230,31 @@ def relative_error(out_rows, ref_rows):
 # Each make_* returns (fn(i) -> output of copy i, rows(output, r, rows) -> [H, n, D],
 # tokens(output) -> [tokens, H, D], extra dict) or raises NotAvailable.
 
+def flexjit_arrays(w, device):
+    """flexjit's scalar params and array params of workload w, the arrays as device tensors."""
+    scalars, specs = W.flexjit_arguments(w)
+    dtypes = {"int32": torch.int32, "float32": torch.float32}
+    arrays = {name: torch.tensor(rows, dtype=dtypes[dtype], device=device).contiguous()
+              for name, (dtype, rows) in specs.items()}
+    return scalars, arrays
+
+
 def make_flexjit(ctx, program, inputs, page_size, copies):
     w = inputs.w
     try:
-        kernel = ctx.kernel(program, w.flexjit_mask, head_dim=w.head_dim, dtype="bf16",
-                            page_size=page_size)
+        kernel = ctx.kernel(program, w.flexjit_mask, defines=W.flexjit_defines(w),
+                            head_dim=w.head_dim, dtype="bf16", page_size=page_size)
     except flexjit.FlexjitError as error:
         if error.status in (flexjit.Status.NOT_FOUND, flexjit.Status.UNSUPPORTED):
             raise NotAvailable(error.message.strip().splitlines()[0]) from None
         raise
-    try:
-        param_values = program.param_values(w.params)
+    params, arrays = flexjit_arrays(w, "cuda")
+    try:  # the mask file may lack a parameter the workload sets
+        program.param_values(params)
+        for name in arrays:
+            program.param_info(name)
     except (TypeError, flexjit.FlexjitError) as error:
         raise NotAvailable(f"parameters: {getattr(error, 'message', error)}") from None
-    del param_values
     cache, table = inputs.paged(page_size)
     launches = []
     for i in range(copies):
@@ -252,7 +263,8 @@ def make_flexjit(ctx, program, inputs, page_size, copies):
         launches.append(kernel.prepare(q, kv[:, 0], kv[:, 1], table,
                                        inputs.meta["query_start_loc"], inputs.meta["seq_lens"],
                                        out=torch.empty_like(q),
-                                       max_query_len=inputs.max_query_len, params=w.params))
+                                       max_query_len=inputs.max_query_len, params=params,
+                                       arrays=arrays))
     stream = torch.cuda.current_stream().cuda_stream
 
     def fn(i):
@@ -265,7 +277,7 @@ def make_flexjit(ctx, program, inputs, page_size, copies):
     def call():
         kernel(inputs.q, cache[:, 0], cache[:, 1], table, inputs.meta["query_start_loc"],
                inputs.meta["seq_lens"], out=launches[0].out, max_query_len=inputs.max_query_len,
-               params=w.params)
+               params=params, arrays=arrays)
 
     extra = {"kernel": kernel.name, "launch_us": host_time_us(lambda: launches[0].launch(stream),
                                                                30),

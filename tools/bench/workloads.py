@@ -14,7 +14,12 @@ import random
 from typing import Dict, Optional, Tuple
 
 WINDOW = 1024
-SOFTCAP = 50.0
+SOFTCAP = 50.0  # the soft cap both sides use
+STANDARD_CAP = 50.0  # `const cap` of dsl/lib/standard.mask: flexjit needs no define for it
+
+# flexjit's array parameters (dsl/lib/standard.mask) the workloads use, with their element
+# types: prefix_len int[b], doc int[b, kv], slopes float[h]. Every other param is a scalar.
+ARRAY_PARAMS = {"prefix_len": "int32", "doc": "int32", "slopes": "float32"}
 
 
 # --- masks and scores, as flexjit's dsl/lib/standard.mask states them ---------------------------
@@ -66,10 +71,11 @@ MASK_SOURCE = {
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """One benchmark case. `requests` are (query_len, seq_len) pairs. `flexjit_mask` is the
-    name flexjit is asked for (a mask or, later, a variant of dsl/lib/standard.mask);
-    `mask`/`score` name the peers' predicate and score modifier. `params` are the runtime
-    parameters by name: ints, or per-request lists (prefix_len), per-request rows (doc) and
-    per-head lists (slopes) which flexjit's C API cannot take yet."""
+    name flexjit is asked for (a mask or a variant of dsl/lib/standard.mask); `mask`/`score`
+    name the peers' predicate and score modifier. `params` are the runtime parameters by name:
+    ints (window), per-request lists (prefix_len), per-request rows of document ids (doc) and
+    per-head lists (slopes); flexjit_arguments() turns them into flexjit's scalars and
+    arrays."""
 
     name: str
     kind: str  # "prefill", "decode" or "mixed"
@@ -116,8 +122,17 @@ def document_ids(lengths):
 
 
 def alibi_slopes(num_heads):
-    """ALiBi's geometric slopes 2^(-8 (h + 1) / H) (num_heads a power of two)."""
-    return [2.0 ** (-8.0 * (h + 1) / num_heads) for h in range(num_heads)]
+    """ALiBi's slopes (Press et al., 2022, as BLOOM and MPT compute them): for a power of two
+    H, the geometric sequence 2^(-8 (h + 1) / H); otherwise those of the largest power of two
+    n < H, followed by every other slope of 2n."""
+    def geometric(n):
+        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+    if num_heads <= 0:
+        return []
+    n = 1 << (num_heads.bit_length() - 1)
+    if n == num_heads:
+        return geometric(n)
+    return geometric(n) + geometric(2 * n)[0::2][:num_heads - n]
 
 
 def _prefill(mask, seq_len, score=None, flexjit_mask=None, params=None, head_dim=128,
@@ -144,7 +159,7 @@ def workloads():
             _prefill("document", seq_len, params={"doc": [docs]}, quick=short),
             _prefill("causal", seq_len, score="softcap", flexjit_mask="causal_softcap"),
             _prefill("causal", seq_len, score="alibi", flexjit_mask="causal_alibi",
-                     params={"slopes": alibi_slopes(32)}),
+                     params={"slopes": alibi_slopes(Workload.num_heads)}),
         ]
     for keys in (4096, 16384):
         out.append(Workload(name=f"decode_b64_{keys // 1024}k", kind="decode",
@@ -168,6 +183,43 @@ def select(all_workloads, quick=False, only=None):
         exact = [w for w in chosen if w.name in words]
         chosen = exact if exact else [w for w in chosen if any(word in w.name for word in words)]
     return chosen
+
+
+# --- flexjit's arguments -------------------------------------------------------------------------
+
+def flexjit_defines(workload):
+    """Overrides of standard.mask's consts that the workload needs: the soft cap, where it
+    differs from the file's."""
+    if workload.score == "softcap" and SOFTCAP != STANDARD_CAP:
+        return {"cap": SOFTCAP}
+    return {}
+
+
+def flexjit_arguments(workload):
+    """(scalars, arrays) for flexjit: scalars {name: int}; arrays {name: (dtype, rows)} with
+    dtype "int32" or "float32" and rows the array's contents as Python lists, ready for
+    torch.tensor: prefix_len [num_reqs], slopes [num_heads], doc [num_reqs, max seq_len] (rows
+    shorter than the longest request padded with -1, a position the kernel never reads)."""
+    scalars, arrays = {}, {}
+    num_reqs = len(workload.requests)
+    for name, value in workload.params.items():
+        if name not in ARRAY_PARAMS:
+            scalars[name] = value
+            continue
+        if name == "doc":
+            width = max((s for _, s in workload.requests), default=0)
+            if len(value) != num_reqs or any(len(row) < s for row, (_, s) in
+                                             zip(value, workload.requests)):
+                raise ValueError(f"{workload.name}: doc needs one row of seq_len ids per request")
+            value = [list(row) + [-1] * (width - len(row)) for row in value]
+        else:
+            want = workload.num_heads if name == "slopes" else num_reqs
+            if len(value) != want:
+                raise ValueError(f"{workload.name}: {name} has {len(value)} entries, expected "
+                                 f"{want}")
+            value = list(value)
+        arrays[name] = (ARRAY_PARAMS[name], value)
+    return scalars, arrays
 
 
 # --- parameters for the pure-Python side ---------------------------------------------------------
@@ -380,7 +432,9 @@ def workload_table(chosen):
         peer = MASK_SOURCE[w.mask] + (f"; score: {MASK_SOURCE[w.score]}" if w.score else "")
         params = ", ".join(_describe_param(k, v) for k, v in w.params.items())
         if w.score == "softcap":
-            params = ", ".join(p for p in (params, f"cap={SOFTCAP:g}") if p)
+            cap = f"cap={SOFTCAP:g}" + (" (define)" if flexjit_defines(w) else "")
+            params = ", ".join(p for p in (params, cap) if p)
+        peer = peer.replace("|", "\\|")  # the `|` of a mask is not a cell boundary
         lines.append(f"| {w.name} | {shape}, hd {w.head_dim}, {w.num_heads}/{w.num_kv_heads} "
                      f"heads | {w.flexjit_mask} | {peer} | {params} |")
     return "\n".join(lines)
@@ -391,7 +445,7 @@ def _describe_param(name, value):
         counts = [len(set(row)) for row in value]
         return f"doc: {sum(counts)} documents of 512–2048 tokens"
     if name == "slopes":
-        return "slopes: 2^(-8(h+1)/H)"
+        return "slopes: ALiBi's, 2^(-8(h+1)/H)"
     return f"{name}={value[0] if isinstance(value, list) and len(value) == 1 else value}"
 
 

@@ -6,19 +6,29 @@
     kern = ctx.kernel(prog, "sliding", head_dim=128, dtype="bf16", page_size=16)
     out = kern(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                params={"window": 1024}, max_query_len=4096)
+    doc = ctx.kernel(prog, "document", page_size=16)        # reads the array param doc[b, kv]
+    out = doc(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
+              arrays={"doc": doc_ids}, max_query_len=4096)   # doc_ids: int32 [num_reqs, S]
 
 Tensors are PyTorch tensors or objects with `__cuda_array_interface__`; torch is never imported
 here, so compiling works on machines without it. docs/python.md describes the module.
 """
 
 import ctypes
+import math
+import numbers
+import struct
 import sys
+from typing import NamedTuple, Optional, Tuple
 
-from ._arrays import Array, describe, is_torch_tensor, paged_fields
-from ._capi import Dtype, KernelDesc, PagedAttentionArgs, Status, library
+from . import _capi
+from ._arrays import Array, array_param_fields, describe, is_torch_tensor, paged_fields, \
+    varlen_fields
+from ._capi import (ArrayArg, Define, Dtype, KernelDesc, PagedAttentionArgs, ParamType, Status,
+                    VarlenAttentionArgs, library)
 
 __all__ = ["Context", "Program", "Kernel", "Launch", "FlexjitError", "Status", "Dtype",
-           "runtime_version", "library_path"]
+           "ParamType", "ParamInfo", "runtime_version", "library_path", "define_text"]
 
 
 class FlexjitError(RuntimeError):
@@ -59,6 +69,53 @@ def _dtype_name(dtype):
     if text not in names:
         raise ValueError(f"dtype {dtype!r} is not supported (bf16, fp16)")
     return names[text]
+
+
+def define_text(name, value):
+    """The literal text of compile-time const override `name` = `value` (fj_define.value):
+    True -> "true", 30 -> "30", 0.5 -> "0.5"; a str is passed as it is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"define {name!r}: {value} is not a finite number")
+        return repr(value)
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"define {name!r}: expected a str, int, float or bool, got "
+                    f"{type(value).__name__}")
+
+
+def _float_bits(name, value):
+    """The int32 slot value of a float32 parameter: the float's bits."""
+    try:
+        return struct.unpack("<i", struct.pack("<f", float(value)))[0]
+    except OverflowError:
+        raise ValueError(f"parameter {name!r}: {value} does not fit in float32") from None
+
+
+class ParamInfo(NamedTuple):
+    """fj_param_info of one runtime parameter: `type` a ParamType, `slot` its index among the
+    scalars (params) or the arrays (arrays=), `rank` 0 for scalars, `dims` the declared
+    dimension names of an array ("b", "h", "q", "kv" or a free name)."""
+
+    name: str
+    type: ParamType
+    slot: int
+    rank: int
+    dims: Tuple[str, ...]
+
+    @property
+    def is_array(self):
+        return self.rank > 0
+
+    def __str__(self):
+        base = {ParamType.INT: "int", ParamType.BOOL: "bool", ParamType.FLOAT: "float",
+                ParamType.INT_ARRAY: "int", ParamType.FLOAT_ARRAY: "float"}.get(self.type, "?")
+        return f"{self.name}: {base}" + (f"[{', '.join(self.dims)}]" if self.dims else "")
 
 
 class _Handle:
@@ -122,19 +179,32 @@ class Context(_Handle):
         _check(status, self.handle, "fj_program_create_from_file")
         return Program(self, handle.value)
 
-    def kernel(self, program, mask, *, head_dim=128, dtype="bf16", page_size=16, arch=None):
-        """Compiles (or fetches from the cache) the paged attention kernel of `mask`. With `arch`
-        ("sm_90a", ...) no GPU is needed; without it, the current CUDA device's is used.
-        Errors: FlexjitError NOT_FOUND (unknown mask), UNSUPPORTED (head dim, page size, ...)."""
+    def kernel(self, program, mask, *, score=None, defines=None, head_dim=128, dtype="bf16",
+               page_size=16, arch=None):
+        """Compiles (or fetches from the cache) the attention kernel of `mask`: a mask or a
+        variant of `program`, with `score` (a score's name, only with a mask: a variant names
+        its own) and `defines` ({const name: value} overrides of compile-time consts, values
+        str/int/float/bool, see define_text). page_size 0 gives the contiguous-K/V (encoder)
+        kernel of Kernel.varlen. With `arch` ("sm_90a", ...) no GPU is needed; without it, the
+        current CUDA device's is used. Errors: FlexjitError NOT_FOUND (unknown mask, variant,
+        score or const), INVALID_ARGUMENT (bad define), UNSUPPORTED (head dim, page size, ...)."""
         dtype = _dtype_name(dtype)
+        defines = dict(defines or {})
+        texts = [(str(name), define_text(name, value)) for name, value in defines.items()]
+        define_array = (Define * max(len(texts), 1))(
+            *[Define(name.encode(), text.encode()) for name, text in texts])
         desc = KernelDesc(struct_size=ctypes.sizeof(KernelDesc), mask=mask.encode(),
                           head_dim=head_dim, dtype=int(Dtype[dtype.upper()]),
-                          page_size=page_size, arch=arch.encode() if arch else None)
+                          page_size=page_size, arch=arch.encode() if arch else None,
+                          score=score.encode() if score else None,
+                          defines=ctypes.cast(define_array, ctypes.POINTER(Define)),
+                          num_defines=len(texts))
         handle = ctypes.c_void_p()
         status = library().fj_kernel_create(self.handle, program.handle, ctypes.byref(desc),
                                             ctypes.byref(handle))
         _check(status, self.handle, "fj_kernel_create")
-        return Kernel(self, program, handle.value, mask, head_dim, dtype, page_size)
+        return Kernel(self, program, handle.value, mask, head_dim, dtype, page_size, score=score,
+                      defines=dict(texts))
 
 
 class Program(_Handle):
@@ -146,16 +216,27 @@ class Program(_Handle):
         super().__init__(handle)
         self.context = context
         self._slots = {}
+        self._infos = {}
 
     @property
     def param_count(self):
+        """Number of scalar runtime parameters (the length of a launch's params)."""
         count = ctypes.c_int32()
         _check(library().fj_program_param_count(self.handle, ctypes.byref(count)),
                self.context.handle, "fj_program_param_count")
         return count.value
 
+    @property
+    def array_count(self):
+        """Number of array runtime parameters (the length of a launch's arrays)."""
+        count = ctypes.c_int32()
+        _check(library().fj_program_array_count(self.handle, ctypes.byref(count)),
+               self.context.handle, "fj_program_array_count")
+        return count.value
+
     def param_slot(self, name):
-        """Index of runtime parameter `name` in the launch's params array (NOT_FOUND if none)."""
+        """Index of scalar runtime parameter `name` in the launch's params array (NOT_FOUND if
+        none, or if `name` is an array parameter)."""
         if name not in self._slots:
             slot = ctypes.c_int32()
             status = library().fj_program_param_slot(self.handle, name.encode(),
@@ -164,30 +245,97 @@ class Program(_Handle):
             self._slots[name] = slot.value
         return self._slots[name]
 
+    def param_info(self, name):
+        """ParamInfo of runtime parameter `name`, scalar or array (fj_program_param_info).
+        Errors: FlexjitError NOT_FOUND."""
+        if name not in self._infos:
+            info = _capi.ParamInfo(struct_size=ctypes.sizeof(_capi.ParamInfo))
+            status = library().fj_program_param_info(self.handle, str(name).encode(),
+                                                     ctypes.byref(info))
+            _check(status, self.context.handle, "fj_program_param_info")
+            try:
+                kind = ParamType(info.type)
+            except ValueError:
+                kind = info.type
+            dims = tuple(info.dims[i].decode() for i in range(max(0, min(info.rank, 2))))
+            self._infos[name] = ParamInfo(name, kind, info.slot, info.rank, dims)
+        return self._infos[name]
+
     def param_values(self, params):
-        """The int32 params array for a launch from {name: int}. Parameters not named are 0:
-        masks that do not read a parameter need no value for it."""
+        """The int32 params array for a launch from {name: value}: an int parameter takes an
+        int, a float parameter a number (its float32 bits are passed), a bool parameter a bool
+        (or 0/1). Parameters not named are 0 (0.0, false): masks that do not read a parameter
+        need no value for it. Errors: FlexjitError NOT_FOUND (unknown name), TypeError (an
+        array parameter, which goes in arrays=, or a value of the wrong type), ValueError (out
+        of range)."""
         values = (ctypes.c_int32 * max(self.param_count, 1))()
         for name, value in (params or {}).items():
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"parameter {name!r}: only int scalars can be passed today, got "
-                                f"{type(value).__name__}")
-            if not -2**31 <= value < 2**31:
-                raise ValueError(f"parameter {name!r}: {value} does not fit in int32")
-            values[self.param_slot(name)] = value
+            info = self.param_info(name)
+            if info.is_array:
+                raise TypeError(f"parameter {name!r} is an array ({info}): pass it in arrays=, "
+                                f"not params=")
+            values[info.slot] = _scalar_value(info, value)
         return values
+
+    def array_values(self, arrays, *, num_reqs, num_heads):
+        """The fj_array descriptors of a launch from {name: device array}, by array slot, and
+        the Arrays seen. Each array is a torch tensor or an object with
+        __cuda_array_interface__: int32 for int[...] parameters, float32 for float[...], of the
+        declared rank (array_param_fields has the checks). Arrays not named are passed empty
+        ({null, 0, 0, 0}; the kernel reads 0 from them). Errors: FlexjitError NOT_FOUND
+        (unknown name), TypeError (a scalar parameter), ValueError (dtype, rank, shape)."""
+        descriptors = (ArrayArg * max(self.array_count, 1))()
+        seen = {}
+        for name, obj in (arrays or {}).items():
+            info = self.param_info(name)
+            if not info.is_array:
+                raise TypeError(f"parameter {name!r} is a scalar ({info}): pass it in params=, "
+                                f"not arrays=")
+            array = describe(obj, name)
+            dtype = "fp32" if info.type == ParamType.FLOAT_ARRAY else "int32"
+            data, rows, cols, row_stride = array_param_fields(
+                array, dtype=dtype, dims=info.dims, num_reqs=num_reqs, num_heads=num_heads)
+            descriptors[info.slot] = ArrayArg(data or None, rows, cols, row_stride)
+            seen[name] = array
+        return descriptors, seen
+
+
+def _scalar_value(info, value):
+    """The int32 slot value of scalar parameter `info` from a Python value."""
+    name = info.name
+    if info.type == ParamType.FLOAT:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"parameter {name!r} ({info}): expected a number, got "
+                            f"{type(value).__name__}")
+        return _float_bits(name, value)
+    if info.type == ParamType.BOOL:
+        if isinstance(value, bool) or (isinstance(value, numbers.Integral) and
+                                       int(value) in (0, 1)):
+            return int(bool(value))
+        raise TypeError(f"parameter {name!r} ({info}): expected a bool, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"parameter {name!r} ({info}): expected an int, got "
+                        f"{type(value).__name__}")
+    value = int(value)
+    if not -2**31 <= value < 2**31:
+        raise ValueError(f"parameter {name!r}: {value} does not fit in int32")
+    return value
 
 
 class Kernel(_Handle):
-    """fj_kernel: one compiled paged attention kernel (mask, head dim, dtype, page size)."""
+    """fj_kernel: one compiled attention kernel (mask or variant, score, defines, head dim,
+    dtype, page size; page size 0: the contiguous-K/V kernel of varlen())."""
 
     _destroy = "fj_kernel_destroy"
 
-    def __init__(self, context, program, handle, mask, head_dim, dtype, page_size):
+    def __init__(self, context, program, handle, mask, head_dim, dtype, page_size, score=None,
+                 defines=None):
         super().__init__(handle)
         self.context = context
         self.program = program
         self.mask = mask
+        self.score = score
+        self.defines = dict(defines or {})
         self.head_dim = head_dim
         self.dtype = dtype
         self.page_size = page_size
@@ -200,40 +348,34 @@ class Kernel(_Handle):
         return text.value.decode()
 
     def prepare(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out=None,
-                lse=None, max_query_len=None, params=None, scale=0.0, kv_layout="NHD"):
+                lse=None, max_query_len=None, params=None, arrays=None, scale=0.0,
+                kv_layout="NHD"):
         """Checks the arrays once and builds the C argument struct: Launch.launch() then only
         calls fj_paged_attention. `out` defaults to a new tensor like q (torch only).
         `max_query_len` is the host copy of the longest query; computed from a torch
-        query_start_loc if omitted (a device synchronisation)."""
-        if out is None:
-            if not is_torch_tensor(q):
-                raise ValueError("out is required when q is not a torch tensor")
-            out = q.new_empty(q.shape)
+        query_start_loc if omitted (a device synchronisation). `params`: {name: value} of scalar
+        runtime parameters (Program.param_values); `arrays`: {name: device array} of array
+        parameters (Program.array_values), e.g. {"prefix_len": int32 [num_reqs]}."""
+        if self.page_size == 0:
+            raise ValueError(f"kernel {self.mask!r} was created with page_size 0 (contiguous "
+                             f"K/V): use varlen()")
+        out = _default_out(q, out)
         if max_query_len is None:
-            if not is_torch_tensor(query_start_loc):
-                raise ValueError("max_query_len is required when query_start_loc is not a torch "
-                                 "tensor")
-            lengths = query_start_loc[1:] - query_start_loc[:-1]
-            max_query_len = int(lengths.max()) if lengths.numel() else 0
+            max_query_len = _max_length(query_start_loc, "max_query_len", "query_start_loc")
         named = dict(q=q, out=out, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
                      query_start_loc=query_start_loc, seq_lens=seq_lens)
         if lse is not None:
             named["lse"] = lse
-        arrays = {name: describe(obj, name) for name, obj in named.items()}
+        described = {name: describe(obj, name) for name, obj in named.items()}
         fields = paged_fields(head_dim=self.head_dim, page_size=self.page_size,
-                              dtype=self.dtype, kv_layout=kv_layout, **arrays)
-        torch = sys.modules.get("torch") if is_torch_tensor(q) else None
-        device = arrays["q"].device_index
-        if torch is not None and device is not None and torch.cuda.current_device() != device:
-            raise ValueError(f"q is on cuda:{device} but the current CUDA device is "
-                             f"cuda:{torch.cuda.current_device()} (use torch.cuda.device)")
-        values = self.program.param_values(params)
+                              dtype=self.dtype, kv_layout=kv_layout, **described)
+        common = self._common(q, described, params, arrays, num_reqs=fields["num_reqs"],
+                              num_heads=fields["num_heads"])
         args = PagedAttentionArgs(struct_size=ctypes.sizeof(PagedAttentionArgs),
                                   max_query_len=int(max_query_len), scale=float(scale),
-                                  params=ctypes.cast(values, ctypes.POINTER(ctypes.c_int32)),
-                                  num_params=self.program.param_count, **fields)
-        return Launch(self, args, values, named, torch.cuda.current_stream(q.device).cuda_stream
-                      if torch is not None else None)
+                                  **common.fields, **fields)
+        named.update(common.keep)
+        return Launch(self, args, common.values, named, common.stream)
 
     def __call__(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
                  stream=None, **options):
@@ -243,6 +385,85 @@ class Kernel(_Handle):
                               **options)
         launch.launch(stream)
         return launch.out
+
+    def prepare_varlen(self, q, k, v, cu_seqlens, *, out=None, lse=None, max_seq_len=None,
+                       params=None, arrays=None, scale=0.0):
+        """As prepare(), for a page_size 0 kernel over contiguous, packed K/V without a cache
+        (fj_varlen_attention, the encoder case): q, k, v, out [num_tokens, heads, head_dim]
+        (k and v with num_kv_heads heads), cu_seqlens int32 [num_seqs + 1]; `max_seq_len` is
+        the host copy of the longest sequence (computed from a torch cu_seqlens if omitted)."""
+        if self.page_size != 0:
+            raise ValueError(f"kernel {self.mask!r} is paged (page_size {self.page_size}): "
+                             f"varlen needs one created with page_size=0")
+        out = _default_out(q, out)
+        if max_seq_len is None:
+            max_seq_len = _max_length(cu_seqlens, "max_seq_len", "cu_seqlens")
+        named = dict(q=q, k=k, v=v, out=out, cu_seqlens=cu_seqlens)
+        if lse is not None:
+            named["lse"] = lse
+        described = {name: describe(obj, name) for name, obj in named.items()}
+        fields = varlen_fields(head_dim=self.head_dim, dtype=self.dtype, **described)
+        common = self._common(q, described, params, arrays, num_reqs=fields["num_seqs"],
+                              num_heads=fields["num_heads"])
+        args = VarlenAttentionArgs(struct_size=ctypes.sizeof(VarlenAttentionArgs),
+                                   max_seq_len=int(max_seq_len), scale=float(scale),
+                                   **common.fields, **fields)
+        named.update(common.keep)
+        return Launch(self, args, common.values, named, common.stream,
+                      call="fj_varlen_attention")
+
+    def varlen(self, q, k, v, cu_seqlens, *, stream=None, **options):
+        """prepare_varlen() then launch on `stream` (as __call__); returns `out`."""
+        launch = self.prepare_varlen(q, k, v, cu_seqlens, **options)
+        launch.launch(stream)
+        return launch.out
+
+    def _common(self, q, described, params, arrays, *, num_reqs, num_heads):
+        """What paged and varlen launches share: the current device check, the scalar params
+        and the array parameters, the default stream."""
+        torch = sys.modules.get("torch") if is_torch_tensor(q) else None
+        device = described["q"].device_index
+        if torch is not None and device is not None and torch.cuda.current_device() != device:
+            raise ValueError(f"q is on cuda:{device} but the current CUDA device is "
+                             f"cuda:{torch.cuda.current_device()} (use torch.cuda.device)")
+        values = self.program.param_values(params)
+        descriptors, seen = self.program.array_values(arrays, num_reqs=num_reqs,
+                                                      num_heads=num_heads)
+        for array in seen.values():
+            if array.device_index is not None and device is not None and \
+                    array.device_index != device:
+                raise ValueError(f"{array.name}: on cuda:{array.device_index}, q on "
+                                 f"cuda:{device}")
+        fields = dict(params=ctypes.cast(values, ctypes.POINTER(ctypes.c_int32)),
+                      num_params=self.program.param_count,
+                      arrays=ctypes.cast(descriptors, ctypes.POINTER(ArrayArg)),
+                      num_arrays=self.program.array_count)
+        stream = torch.cuda.current_stream(q.device).cuda_stream if torch is not None else None
+        keep = {f"array:{name}": obj for name, obj in (arrays or {}).items()}
+        return _Common(fields, (values, descriptors), keep, stream)
+
+
+class _Common(NamedTuple):
+    fields: dict
+    values: object  # the ctypes arrays the struct points into
+    keep: dict  # objects whose memory the launch reads
+    stream: Optional[int]
+
+
+def _default_out(q, out):
+    if out is not None:
+        return out
+    if not is_torch_tensor(q):
+        raise ValueError("out is required when q is not a torch tensor")
+    return q.new_empty(q.shape)
+
+
+def _max_length(starts, what, name):
+    """The longest starts[i+1] - starts[i] of a torch tensor (a device synchronisation)."""
+    if not is_torch_tensor(starts):
+        raise ValueError(f"{what} is required when {name} is not a torch tensor")
+    lengths = starts[1:] - starts[:-1]
+    return int(lengths.max()) if lengths.numel() else 0
 
 
 def _stream_handle(stream):
@@ -257,15 +478,18 @@ def _stream_handle(stream):
 
 
 class Launch:
-    """A prepared call: the C argument struct plus references keeping its arrays alive."""
+    """A prepared call: the C argument struct plus references keeping its arrays alive
+    (`arrays` by argument name; array parameters as "array:NAME")."""
 
-    def __init__(self, kernel, args, param_values, arrays, default_stream):
+    def __init__(self, kernel, args, param_values, arrays, default_stream,
+                 call="fj_paged_attention"):
         self.kernel = kernel
         self.args = args
         self.arrays = arrays
+        self.call = call
         self._param_values = param_values
         self._default_stream = default_stream
-        self._launch = library().fj_paged_attention
+        self._launch = getattr(library(), call)
         self._args_ref = ctypes.byref(args)
 
     @property
@@ -278,4 +502,4 @@ class Launch:
         handle = _stream_handle(stream) if stream is not None else self._default_stream
         status = self._launch(self.kernel.handle, self._args_ref, handle)
         if status != Status.SUCCESS:
-            _check(status, self.kernel.context.handle, "fj_paged_attention")
+            _check(status, self.kernel.context.handle, self.call)

@@ -99,9 +99,7 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
     arrays += [lse] if lse is not None else []
     for a in arrays:
         _require(a.is_cuda, f"{a.name}: not a CUDA device array")
-    devices = {a.device_index for a in arrays if a.device_index is not None}
-    _require(len(devices) <= 1, "arrays are on different CUDA devices: " + ", ".join(
-        f"{a.name} on cuda:{a.device_index}" for a in arrays if a.device_index is not None))
+    _same_device(arrays)
 
     for a in (q, out):
         _rank(a, 3, "[num_tokens, num_heads, head_dim]")
@@ -160,3 +158,93 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
                  f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
         fields.update(lse=lse.ptr, lse_stride_token=lse.strides[0])
     return fields
+
+
+def varlen_fields(*, head_dim, dtype, q, k, v, out, cu_seqlens, lse=None):
+    """Checks the arrays of one contiguous-K/V (encoder) call and returns the fields of
+    fj_varlen_attention_args they determine.
+
+    q, out: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim] (any
+    strides, head_dim contiguous); cu_seqlens int32 [num_seqs + 1]; lse float32
+    [num_tokens, num_heads] or None.
+    """
+    arrays = [q, k, v, out, cu_seqlens] + ([lse] if lse is not None else [])
+    for a in arrays:
+        _require(a.is_cuda, f"{a.name}: not a CUDA device array")
+    _same_device(arrays)
+    for a in (q, k, v, out):
+        _rank(a, 3, "[num_tokens, heads, head_dim]")
+        _dtype(a, dtype)
+        _unit_last(a)
+        _require(a.shape[2] == head_dim, f"{a.name}: head_dim {a.shape[2]}, the kernel's is "
+                 f"{head_dim}")
+    _require(out.shape == q.shape, f"out: shape {out.shape} differs from q's {q.shape}")
+    _require(v.shape == k.shape, f"v: shape {v.shape} differs from k's {k.shape}")
+    num_tokens, num_heads, _ = q.shape
+    _require(k.shape[0] == num_tokens, f"k: {k.shape[0]} tokens, q has {num_tokens} (K/V are "
+             "packed like q)")
+    _rank(cu_seqlens, 1, "[num_seqs + 1]")
+    _dtype(cu_seqlens, "int32")
+    _unit_last(cu_seqlens)
+    _require(cu_seqlens.shape[0] >= 1, "cu_seqlens: needs num_seqs + 1 >= 1 entries")
+    fields = dict(
+        q=q.ptr, k=k.ptr, v=v.ptr, out=out.ptr, cu_seqlens=cu_seqlens.ptr, lse=0,
+        lse_stride_token=0, num_tokens=num_tokens, num_seqs=cu_seqlens.shape[0] - 1,
+        num_heads=num_heads, num_kv_heads=k.shape[1],
+        q_stride_token=q.strides[0], q_stride_head=q.strides[1],
+        k_stride_token=k.strides[0], k_stride_head=k.strides[1],
+        v_stride_token=v.strides[0], v_stride_head=v.strides[1],
+        out_stride_token=out.strides[0], out_stride_head=out.strides[1],
+    )
+    if lse is not None:
+        _rank(lse, 2, "[num_tokens, num_heads]")
+        _dtype(lse, "fp32")
+        _unit_last(lse)
+        _require(lse.shape == (num_tokens, num_heads),
+                 f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
+        fields.update(lse=lse.ptr, lse_stride_token=lse.strides[0])
+    return fields
+
+
+def _same_device(arrays):
+    devices = {a.device_index for a in arrays if a.device_index is not None}
+    _require(len(devices) <= 1, "arrays are on different CUDA devices: " + ", ".join(
+        f"{a.name} on cuda:{a.device_index}" for a in arrays if a.device_index is not None))
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def array_param_fields(a, *, dtype, dims, num_reqs, num_heads):
+    """Checks runtime array parameter `a` (an Array) against its declaration and returns the
+    fields of its fj_array: (data, rows, cols, row_stride).
+
+    dtype: "int32" or "fp32" (from the param's type); dims: the declared dimension names, as
+    many as its rank ("b" must cover num_reqs entries, "h" num_heads). A 1-D array has cols 1
+    and row_stride its stride; a 2-D one needs contiguous rows (row_stride = its first stride).
+    """
+    rank = len(dims)
+    declared = "[" + ", ".join(dims) + "]"
+    _require(a.is_cuda, f"{a.name}: not a CUDA device array")
+    _require(len(a.shape) == rank,
+             f"{a.name}: declared {dtype}{declared} ({rank}-D), got shape {a.shape}")
+    _dtype(a, dtype)
+    rows = a.shape[0]
+    cols = a.shape[1] if rank == 2 else 1
+    if rank == 2:
+        _unit_last(a)
+    # Only row 0 is read when there is one row: any stride >= cols will do.
+    row_stride = a.strides[0] if rows > 1 else cols
+    _require(row_stride >= cols or rows * cols == 0,
+             f"{a.name}: row stride {a.strides[0]} (elements) is smaller than the row length "
+             f"{cols}; broadcast or overlapping rows are not supported (use .contiguous())")
+    for value, what in ((rows, "rows"), (cols, "columns"), (row_stride, "row stride")):
+        _require(0 <= value <= _INT32_MAX, f"{a.name}: {value} {what} do not fit in int32")
+    for d, (name, extent) in enumerate(zip(dims, (rows, cols))):
+        need = num_reqs if name == "b" else num_heads if name == "h" else 0
+        _require(extent >= need, f"{a.name}: dimension {d} (`{name}`) has {extent} entries, "
+                 f"the call needs {need} ({'num_reqs' if name == 'b' else 'num_heads'})")
+    if rows * cols == 0:
+        return 0, 0, 0, 0
+    _require(a.ptr % 4 == 0, f"{a.name}: data pointer {a.ptr:#x} is not 4-byte aligned")
+    return a.ptr, rows, cols, row_stride

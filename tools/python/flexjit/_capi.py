@@ -35,6 +35,37 @@ class Dtype(enum.IntEnum):
     BF16 = 2
 
 
+class ParamType(enum.IntEnum):
+    """fj_param_type."""
+
+    INT = 1
+    BOOL = 2
+    FLOAT = 3
+    INT_ARRAY = 4
+    FLOAT_ARRAY = 5
+
+
+class ParamInfo(ctypes.Structure):
+    """fj_param_info."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("type", ctypes.c_int),  # fj_param_type, a C enum: int-sized
+        ("slot", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("dims", ctypes.c_char_p * 2),
+    ]
+
+
+class Define(ctypes.Structure):
+    """fj_define."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("value", ctypes.c_char_p),
+    ]
+
+
 class KernelDesc(ctypes.Structure):
     """fj_kernel_desc."""
 
@@ -45,6 +76,20 @@ class KernelDesc(ctypes.Structure):
         ("dtype", ctypes.c_int),  # a C enum: int-sized
         ("page_size", ctypes.c_int32),
         ("arch", ctypes.c_char_p),
+        ("score", ctypes.c_char_p),
+        ("defines", ctypes.POINTER(Define)),
+        ("num_defines", ctypes.c_uint32),
+    ]
+
+
+class ArrayArg(ctypes.Structure):
+    """fj_array."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("rows", ctypes.c_int32),
+        ("cols", ctypes.c_int32),
+        ("row_stride", ctypes.c_int32),
     ]
 
 
@@ -82,6 +127,41 @@ class PagedAttentionArgs(ctypes.Structure):
         ("scale", ctypes.c_float),
         ("params", ctypes.POINTER(ctypes.c_int32)),
         ("num_params", ctypes.c_int32),
+        ("num_arrays", ctypes.c_int32),
+        ("arrays", ctypes.POINTER(ArrayArg)),
+    ]
+
+
+class VarlenAttentionArgs(ctypes.Structure):
+    """fj_varlen_attention_args."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("cu_seqlens", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("num_tokens", ctypes.c_int32),
+        ("num_seqs", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("num_kv_heads", ctypes.c_int32),
+        ("max_seq_len", ctypes.c_int32),
+        ("q_stride_token", ctypes.c_int64),
+        ("q_stride_head", ctypes.c_int64),
+        ("k_stride_token", ctypes.c_int64),
+        ("k_stride_head", ctypes.c_int64),
+        ("v_stride_token", ctypes.c_int64),
+        ("v_stride_head", ctypes.c_int64),
+        ("out_stride_token", ctypes.c_int64),
+        ("out_stride_head", ctypes.c_int64),
+        ("lse_stride_token", ctypes.c_int64),
+        ("scale", ctypes.c_float),
+        ("params", ctypes.POINTER(ctypes.c_int32)),
+        ("num_params", ctypes.c_int32),
+        ("num_arrays", ctypes.c_int32),
+        ("arrays", ctypes.POINTER(ArrayArg)),
     ]
 
 
@@ -112,10 +192,13 @@ def _declare(lib):
         "fj_program_destroy": (status, [prog]),
         "fj_program_param_slot": (status, [prog, ctypes.c_char_p, p(ctypes.c_int32)]),
         "fj_program_param_count": (status, [prog, p(ctypes.c_int32)]),
+        "fj_program_array_count": (status, [prog, p(ctypes.c_int32)]),
+        "fj_program_param_info": (status, [prog, ctypes.c_char_p, p(ParamInfo)]),
         "fj_kernel_create": (status, [ctx, prog, p(KernelDesc), p(kern)]),
         "fj_kernel_destroy": (status, [kern]),
         "fj_kernel_name": (status, [kern, p(ctypes.c_char_p)]),
         "fj_paged_attention": (status, [kern, p(PagedAttentionArgs), ctypes.c_void_p]),
+        "fj_varlen_attention": (status, [kern, p(VarlenAttentionArgs), ctypes.c_void_p]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
@@ -128,7 +211,8 @@ _library = None
 
 
 def library():
-    """The loaded runtime library (loaded once). Raises OSError listing every place tried."""
+    """The loaded runtime library (loaded once): the first candidate that loads and has every
+    function declared here. Raises OSError listing every place tried."""
     global _library
     if _library is None:
         errors = []
@@ -139,6 +223,9 @@ def library():
                 break
             except OSError as error:
                 errors.append(f"{candidate}: {error}")
+            except AttributeError as error:  # a symbol of this module's C API is missing
+                errors.append(f"{candidate}: {error} (a library older than this module: "
+                              f"rebuild it)")
         else:
             raise OSError("cannot load the flexjit runtime library (set FLEXJIT_LIBRARY):\n  "
                           + "\n  ".join(errors))
