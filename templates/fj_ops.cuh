@@ -33,7 +33,10 @@ struct ArrayParam {
   i32 rows;
   i32 cols;
   i32 row_stride;  // elements from one row to the next, >= cols
-  i32 reserved;    // 0; keeps the struct 24 bytes on every ABI
+  i32 slot;        // this array's slot, for bad_index reports
+  // Debug (null normally): four int32 {reported, slot, row, col}, zeroed by the caller. The
+  // first read outside the array sets reported to 1 and records where it was.
+  i32* bad_index;
 };
 
 // The runtime parameters of a variant, passed by value in the kernel's arguments (so a
@@ -67,9 +70,27 @@ FJ_HD i32 float_to_bits(float value) {
 #endif
 }
 
-// Offset of element [row, col], or -1 when it lies outside the array.
+// Records the first out-of-range read when the launch asked for it (ArrayParam::bad_index).
+// Off the fast path: only reads that already yield 0 come here.
+FJ_HD void report_bad_index(const ArrayParam& a, i32 row, i32 col) {
+  if (a.bad_index == nullptr) return;
+#if defined(__CUDA_ARCH__)
+  if (atomicCAS(a.bad_index, 0, 1) != 0) return;
+#else
+  if (a.bad_index[0] != 0) return;
+  a.bad_index[0] = 1;
+#endif
+  a.bad_index[1] = a.slot;
+  a.bad_index[2] = row;
+  a.bad_index[3] = col;
+}
+
+// Offset of element [row, col], or -1 (reported) when it lies outside the array.
 FJ_HD i64 array_offset(const ArrayParam& a, i32 row, i32 col) {
-  if (row < 0 || row >= a.rows || col < 0 || col >= a.cols) return -1;
+  if (row < 0 || row >= a.rows || col < 0 || col >= a.cols) {
+    report_bad_index(a, row, col);
+    return -1;
+  }
   return (i64)row * a.row_stride + col;
 }
 FJ_HD i32 load_int(const ArrayParam& a, i32 row, i32 col) {

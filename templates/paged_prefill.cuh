@@ -137,8 +137,12 @@ __device__ void paged_prefill(const PagedPrefillArgs& args) {
   for (int i = 0; i < 2; ++i) {
     const int packed = row0 + warp * 16 + quad_row + i * 8;
     row_valid[i] = packed < packed_rows;
-    row_q[i] = q_offset + packed / group;
-    row_head[i] = kv_head * group + packed % group;
+    // Rows past the request compute a copy of its last row (their output is never written),
+    // so the mask and score only ever see positions and heads of the request: an array read
+    // indexed by q stays in range, and a debug bounds report means a real bad index.
+    const int source = row_valid[i] ? packed : packed_rows - 1;
+    row_q[i] = q_offset + source / group;
+    row_head[i] = kv_head * group + source % group;
   }
 
   // Q fragments stay in registers across the K/V loop up to head dim 128; beyond, the O

@@ -163,8 +163,15 @@ std::optional<Failure> check_heads(int32_t num_heads, int32_t num_kv_heads) {
 // named `b` must cover every request and one named `h` every query head, so that a correct
 // index never reads the "out of range" 0.
 std::optional<Failure> prepare_arrays(const fj_kernel& kernel, const fj_array* arrays,
-                                      int32_t num_arrays, int32_t num_reqs, int32_t num_heads,
-                                      fj::MaskParams& params) {
+                                      int32_t num_arrays, int32_t* bad_index, int32_t num_reqs,
+                                      int32_t num_heads, fj::MaskParams& params) {
+  if (reinterpret_cast<std::uintptr_t>(bad_index) % 4 != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, "bad_index is not 4-byte aligned");
+  }
+  // Arrays the variant does not read stay empty: it never reads them.
+  for (int i = 0; i < kMaxArrayParams; ++i) {
+    params.array[i] = fj::ArrayParam{nullptr, 0, 0, 0, i, bad_index};
+  }
   const std::vector<RuntimeParam>& declared = kernel.entry->arrays;
   const std::vector<bool>& reads = kernel.entry->reads_array;
   const bool reads_any = std::find(reads.begin(), reads.end(), true) != reads.end();
@@ -204,17 +211,22 @@ std::optional<Failure> prepare_arrays(const fj_kernel& kernel, const fj_array* a
                         d, param.dims[d], extents[d], need));
       }
     }
-    params.array[i] = fj::ArrayParam{empty ? nullptr : a.data, empty ? 0 : a.rows,
-                                     empty ? 0 : a.cols, a.row_stride, 0};
+    params.array[i] = fj::ArrayParam{empty ? nullptr : a.data,
+                                     empty ? 0 : a.rows,
+                                     empty ? 0 : a.cols,
+                                     a.row_stride,
+                                     i,
+                                     bad_index};
   }
   return std::nullopt;
 }
 
 std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const int32_t* params,
                                                 int32_t num_params, const fj_array* arrays,
-                                                int32_t num_arrays, int32_t num_reqs, float scale,
-                                                const float* lse, int64_t lse_stride_token,
-                                                int32_t num_heads, fj::PagedPrefillArgs& device) {
+                                                int32_t num_arrays, int32_t* bad_index,
+                                                int32_t num_reqs, float scale, const float* lse,
+                                                int64_t lse_stride_token, int32_t num_heads,
+                                                fj::PagedPrefillArgs& device) {
   if (num_params != kernel.num_params) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
                 fmt::format("num_params is {} but the program declares {} runtime parameters",
@@ -231,7 +243,7 @@ std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const i
       scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(kernel.config.head_dim));
   for (int i = 0; i < num_params; ++i)
     device.params.scalar[i] = params[i];
-  return prepare_arrays(kernel, arrays, num_arrays, num_reqs, num_heads, device.params);
+  return prepare_arrays(kernel, arrays, num_arrays, bad_index, num_reqs, num_heads, device.params);
 }
 
 // Checks every argument the host can see without touching device memory; fills `device`.
@@ -287,8 +299,8 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
   }
   device = fj::PagedPrefillArgs{};
   if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.arrays, a.num_arrays,
-                                        a.num_reqs, a.scale, a.lse, a.lse_stride_token, a.num_heads,
-                                        device)) {
+                                        a.bad_index, a.num_reqs, a.scale, a.lse, a.lse_stride_token,
+                                        a.num_heads, device)) {
     return f;
   }
   device.q = a.q;
@@ -358,8 +370,8 @@ std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
   }
   device = fj::PagedPrefillArgs{};
   if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.arrays, a.num_arrays,
-                                        a.num_seqs, a.scale, a.lse, a.lse_stride_token, a.num_heads,
-                                        device)) {
+                                        a.bad_index, a.num_seqs, a.scale, a.lse, a.lse_stride_token,
+                                        a.num_heads, device)) {
     return f;
   }
   device.q = a.q;

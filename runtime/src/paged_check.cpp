@@ -309,7 +309,8 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
 
   const int64_t rows = int64_t{batch.num_tokens()} * batch.num_heads;
   const size_t out_bytes = rows * batch.head_dim * 2;
-  DeviceBuffer q(api), k(api), v(api), out(api), lse(api), qsl(api), seq_lens(api), table(api);
+  DeviceBuffer q(api), k(api), v(api), out(api), lse(api), qsl(api), seq_lens(api), table(api),
+      bad_index(api);
   for (auto status : {
            q.upload(inputs->q_bits.data(), inputs->q_bits.size() * 2),
            k.upload(inputs->k_bits.data(), inputs->k_bits.size() * 2),
@@ -319,6 +320,7 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
            qsl.upload(batch.query_start_loc.data(), batch.query_start_loc.size() * 4),
            seq_lens.upload(batch.seq_lens.data(), batch.seq_lens.size() * 4),
            table.upload(batch.block_table.data(), batch.block_table.size() * 4),
+           bad_index.fill(4 * sizeof(int32_t), 0),
        }) {
     if (!status) return status.error();
   }
@@ -368,6 +370,7 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   paged.num_params = static_cast<int32_t>(batch.params.size());
   paged.arrays = arrays.data();
   paged.num_arrays = static_cast<int32_t>(arrays.size());
+  paged.bad_index = config.check_bounds ? static_cast<int32_t*>(bad_index.get()) : nullptr;
 
   // The encoder call: K/V rows are the cache's one-token blocks (see make_inputs).
   fj_varlen_attention_args varlen{};
@@ -397,6 +400,7 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   varlen.num_params = paged.num_params;
   varlen.arrays = paged.arrays;
   varlen.num_arrays = paged.num_arrays;
+  varlen.bad_index = paged.bad_index;
 
   auto launch = [&] {
     return config.contiguous ? fj_varlen_attention(kernel, &varlen, nullptr)
@@ -410,6 +414,9 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   std::vector<float> lse_values(rows);
   if (auto status = out.download(out_bits.data(), out_bytes); !status) return status.error();
   if (auto status = lse.download(lse_values.data(), rows * sizeof(float)); !status) {
+    return status.error();
+  }
+  if (auto status = bad_index.download(report.bad_index, sizeof report.bad_index); !status) {
     return status.error();
   }
 

@@ -40,6 +40,7 @@ struct PagedCheckConfig {
   std::vector<HostArray> arrays;
   uint64_t seed = 1;
   int timing_iterations = 0;  // > 0: also time this many launches
+  bool check_bounds = false;  // pass a bad_index buffer: report the first out-of-range read
   std::string arch;           // empty: the device's
 };
 
@@ -53,6 +54,9 @@ struct PagedCheckReport {
   int64_t bad_outputs = 0;       // NaN/Inf (also: poisoned values never written)
   int64_t empty_rows_wrong = 0;  // rows with no visible key whose out is not 0 or lse not -inf
   double kernel_ms = 0;          // mean time per launch, when timed
+  // With check_bounds: {reported, array slot, row, col} of the first out-of-range array read
+  // of the checked launch (all 0 when every read was in range).
+  int32_t bad_index[4] = {0, 0, 0, 0};
 };
 
 // Random contents for array parameters, shaped by their dimension names: `b` has one row per

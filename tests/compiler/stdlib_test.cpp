@@ -331,5 +331,27 @@ TEST_CASE("the standard masks' tile classes are sound on small tiles", "[stdlib]
   }
 }
 
+TEST_CASE("a debug report records the first out-of-range array read", "[stdlib]") {
+  Params params = sample_params();
+  fj::MaskParams block = params.block();
+  int32_t report[4] = {0, 0, 0, 0};
+  for (fj::ArrayParam& array : block.array)
+    array.bad_index = report;
+  block.array[2].slot = 2;
+  const Variant document = lower("document");
+  // In range: no report.
+  CHECK(evaluate_mask(document, {1, 0, 9, 7, &block}));
+  CHECK(report[0] == 0);
+  // doc has 20 columns: position 25 reads 0 (and 0 == 0, so the pair is visible) and is the
+  // first bad read; later bad reads leave the report alone.
+  CHECK(evaluate_mask(document, {0, 0, 25, 0, &block}) == (params.document(0, 0) == 0));
+  CHECK(report[0] == 1);
+  CHECK(report[1] == 2);
+  CHECK(report[2] == 0);
+  CHECK(report[3] == 25);
+  CHECK(evaluate_mask(document, {-4, 0, 31, 30, &block}));  // rows past the end read 0 too
+  CHECK(report[3] == 25);
+}
+
 }  // namespace
 }  // namespace flexjit

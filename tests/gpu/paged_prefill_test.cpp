@@ -139,6 +139,43 @@ TEST_CASE("the standard library's masks and scores match the reference", "[gpu]"
   }
 }
 
+// The debug launch flag: a document-id array shorter than the sequences reads 0 past its end
+// (never out of bounds) and the first such read is reported; in-range arrays report nothing.
+TEST_CASE("check_bounds reports the first out-of-range array read", "[gpu]") {
+  flexjit::PagedCheckConfig config;
+  config.mask = "document";
+  config.head_dim = 64;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.query_lens = {7, 300};
+  config.context_lens = {50, 0};
+  config.params.assign(1, 0);
+  config.check_bounds = true;
+  const auto arrays = flexjit::random_arrays({{"prefix_len", flexjit::dsl::Type::Int, 0, {"b"}},
+                                              {"ranges", flexjit::dsl::Type::Int, 1, {"b", "r"}},
+                                              {"doc", flexjit::dsl::Type::Int, 2, {"b", "kv"}},
+                                              {"slopes", flexjit::dsl::Type::Float, 3, {"h"}}},
+                                             2, 4, 300, 5);
+  config.arrays = arrays;
+  flexjit::PagedCheckReport report = check(config);
+  require_correct(config, report);
+  CHECK(report.bad_index[0] == 0);
+
+  // Keep the first 100 positions of each request's document ids.
+  flexjit::HostArray& doc = config.arrays[2];
+  std::vector<int32_t> kept;
+  for (int r = 0; r < doc.rows; ++r) {
+    kept.insert(kept.end(), doc.bits.begin() + r * doc.cols, doc.bits.begin() + r * doc.cols + 100);
+  }
+  doc.cols = 100;
+  doc.bits = kept;
+  report = check(config);
+  require_correct(config, report);  // the reference reads 0 past the end too
+  CHECK(report.bad_index[0] == 1);
+  CHECK(report.bad_index[1] == 2);
+  CHECK(report.bad_index[3] >= 100);
+}
+
 // The encoder path with array-driven masks: documents in packed encoder batches.
 TEST_CASE("encoder path runs document and softcap variants", "[gpu]") {
   for (const char* mask : {"document", "gemma2_global"}) {

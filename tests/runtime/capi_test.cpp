@@ -331,6 +331,9 @@ TEST_CASE("array parameters are checked against what the kernel reads") {
   misaligned[0] = {memory + 2, 3, 1, 1};
   bad.arrays = misaligned;
   expect_invalid(bad, "not 4-byte aligned");
+  bad = args;
+  bad.bad_index = reinterpret_cast<int32_t*>(memory + 2);
+  expect_invalid(bad, "bad_index is not 4-byte aligned");
   if (!flexjit::cuda::driver_api()) {
     CHECK(fj_paged_attention(kernel, &args, nullptr) == FJ_ERROR_CUDA);
   }

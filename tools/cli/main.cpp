@@ -824,7 +824,8 @@ struct RunOptions {
   std::string query_lens = "1,7,300";
   std::string context_lens = "511,64,0";
   std::string layout = "nhd";
-  bool encoder = false;  // contiguous K/V (fj_varlen_attention); context lengths are 0
+  bool encoder = false;       // contiguous K/V (fj_varlen_attention); context lengths are 0
+  bool check_bounds = false;  // report the first out-of-range array read
   uint64_t seed = 1;
   int iterations = 20;
 };
@@ -875,6 +876,7 @@ int command_run(const std::string& path, RunOptions& options) {
   config.params = *params;
   config.seed = options.seed;
   config.timing_iterations = options.iterations;
+  config.check_bounds = options.check_bounds;
   auto report = flexjit::run_paged_check(context, program, config);
   if (!report) return report_error(report.error());
 
@@ -890,6 +892,17 @@ int command_run(const std::string& path, RunOptions& options) {
              report->relative_error, tolerance, report->max_abs_error, report->lse_max_abs_error);
   fmt::print("bad outputs     {} NaN/Inf or unwritten, {} empty rows not 0/-inf\n",
              report->bad_outputs, report->empty_rows_wrong);
+  if (options.check_bounds) {
+    if (report->bad_index[0] != 0) {
+      const int slot = report->bad_index[1];
+      const std::string name =
+          slot >= 0 && slot < static_cast<int>(mask->arrays.size()) ? mask->arrays[slot].name : "?";
+      fmt::print("array bounds    first out-of-range read: {}[{}, {}] (reads 0)\n", name,
+                 report->bad_index[2], report->bad_index[3]);
+    } else {
+      fmt::print("array bounds    every array read was in range\n");
+    }
+  }
   if (report->kernel_ms > 0) {
     fmt::print("kernel time     {:.4f} ms ({:.1f} effective TFLOP/s over {} visible pairs)\n",
                report->kernel_ms, flops / (report->kernel_ms * 1e-3) / 1e12, report->visible_pairs);
@@ -1014,6 +1027,8 @@ int main(int argc, char** argv) {
   run->add_flag("--encoder", run_options.encoder,
                 "contiguous K/V packed like q (fj_varlen_attention); no cached context");
   run->add_option("--seed", run_options.seed, "random seed");
+  run->add_flag("--check-bounds", run_options.check_bounds,
+                "report the first array read outside its array (debug launch)");
   run->add_option("--iterations", run_options.iterations, "timed launches (0: no timing)");
 
   try {

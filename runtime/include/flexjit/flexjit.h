@@ -217,6 +217,10 @@ typedef struct fj_paged_attention_args {
                              reads no array */
   const fj_array* arrays; /* host array of num_arrays descriptors, by array slot; arrays the
                              variant does not read may be {NULL, 0, 0, 0} */
+  /* Debug, normally null: device memory of 4 int32 the caller zeroes before the launch. The
+   * first array read outside its array (which yields 0) sets [0] to 1 and [1..3] to the array
+   * slot, row and column (a 1-D array's column is 0). Costs nothing on in-range reads. */
+  int32_t* bad_index;
 } fj_paged_attention_args;
 
 /* Enqueues the kernel on `stream` (a CUstream; null is the legacy default stream) in the
@@ -258,6 +262,7 @@ typedef struct fj_varlen_attention_args {
   int32_t num_params;
   int32_t num_arrays;
   const fj_array* arrays;
+  int32_t* bad_index; /* as in fj_paged_attention_args */
 } fj_varlen_attention_args;
 
 /* Enqueues an encoder kernel (page_size 0) on `stream`. Errors as fj_paged_attention, and

@@ -129,6 +129,7 @@ class PagedAttentionArgs(ctypes.Structure):
         ("num_params", ctypes.c_int32),
         ("num_arrays", ctypes.c_int32),
         ("arrays", ctypes.POINTER(ArrayArg)),
+        ("bad_index", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
@@ -162,6 +163,7 @@ class VarlenAttentionArgs(ctypes.Structure):
         ("num_params", ctypes.c_int32),
         ("num_arrays", ctypes.c_int32),
         ("arrays", ctypes.POINTER(ArrayArg)),
+        ("bad_index", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
