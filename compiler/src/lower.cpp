@@ -121,11 +121,6 @@ class ScoreSubstitution : public ir::IRMutator {
   ir::Expr argument_;
 };
 
-// The canonical text of a constant's value, as `flexjit ir` and the kernel name's key show it.
-std::string constant_text(const ir::Expr& value) {
-  return ir::to_string(value);
-}
-
 class Lowerer {
  public:
   Lowerer(const dsl::Module& module, const VariantSelection& selection)
@@ -175,7 +170,7 @@ class Lowerer {
       Result<ir::Expr> value = lower_decl(static_cast<int>(i), 0);
       if (!value) return value.error();
       variant.constants.push_back(
-          {decl.name, decl.declared_type, constant_text(*value), overrides_.contains(i)});
+          {decl.name, decl.declared_type, ir::to_string(*value), overrides_.contains(i)});
     }
     return std::nullopt;
   }
@@ -551,10 +546,6 @@ class Lowerer {
   std::unordered_map<const dsl::Expr*, ir::Expr> locals_;  // any/all variables being unrolled
 };
 
-const char* decl_noun(dsl::DeclKind kind) {
-  return dsl::decl_kind_name(kind);
-}
-
 }  // namespace
 
 Result<Variant> lower_variant(const dsl::Module& module, const VariantSelection& selection) {
@@ -586,15 +577,15 @@ Result<Variant> lower_variant(const dsl::Module& module, const VariantSelection&
       if (score_index < 0) return Error{fmt::format("no score named `{}`", selection.score), ""};
       if (module.decls[score_index].kind != dsl::DeclKind::Score) {
         return Error{fmt::format("`{}` is a {}, not a score", selection.score,
-                                 decl_noun(module.decls[score_index].kind)),
+                                 dsl::decl_kind_name(module.decls[score_index].kind)),
                      ""};
       }
       variant.name += "_" + selection.score;
     }
   } else {
-    return Error{
-        fmt::format("`{}` is a {}, not a mask or a variant", selection.name, decl_noun(decl.kind)),
-        ""};
+    return Error{fmt::format("`{}` is a {}, not a mask or a variant", selection.name,
+                             dsl::decl_kind_name(decl.kind)),
+                 ""};
   }
   const bool checked_kinds =
       module.decls[mask_index].kind == dsl::DeclKind::Mask &&
