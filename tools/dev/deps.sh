@@ -3,8 +3,9 @@
 # (NVRTC and headers; the CUDA driver is only needed to launch kernels, and is loaded at run time).
 set -euo pipefail
 
+# clang-16 and libclang-rt-16-dev: libFuzzer and the sanitizers of tools/dev/fuzz.sh.
 packages=(cmake ninja-build g++ pkg-config libfmt-dev libcli11-dev catch2 llvm-16-dev
-          libxxhash-dev nlohmann-json3-dev)
+          libxxhash-dev nlohmann-json3-dev clang-16 libclang-rt-16-dev)
 missing=()
 for package in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
