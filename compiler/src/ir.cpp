@@ -487,66 +487,37 @@ FJ_FOR_EACH_EXPR(FJ_DEFAULT_MUTATE)
 
 namespace {
 
-class VariableFinder : public IRVisitor {
- public:
-  explicit VariableFinder(Variable variable) : variable_(variable) {}
-  using IRVisitor::visit;
-  bool found = false;
-
- protected:
-  void visit(const Var* op) override { found = found || op->variable == variable_; }
-
- private:
-  Variable variable_;
-};
-
-class ParamFinder : public IRVisitor {
- public:
-  explicit ParamFinder(int slot) : slot_(slot) {}
-  using IRVisitor::visit;
-  bool found = false;
-
- protected:
-  void visit(const Param* op) override { found = found || op->slot == slot_; }
-
- private:
-  int slot_;
-};
-
-class ArrayFinder : public IRVisitor {
- public:
-  explicit ArrayFinder(int slot) : slot_(slot) {}
-  using IRVisitor::visit;
-  bool found = false;
-
- protected:
-  void visit(const Load* op) override {
-    found = found || op->slot == slot_;
-    IRVisitor::visit(op);
+// Whether some node of `e` satisfies `matches`; stops at the first one.
+template <class Predicate>
+bool any_node(const Expr& e, const Predicate& matches) {
+  if (matches(e)) return true;
+  for (int i = 0; i < operand_count(e.kind()); ++i) {
+    if (any_node(operand(e, i), matches)) return true;
   }
-
- private:
-  int slot_;
-};
+  return false;
+}
 
 }  // namespace
 
 bool uses_variable(const Expr& e, Variable variable) {
-  VariableFinder finder(variable);
-  finder.visit(e);
-  return finder.found;
+  return any_node(e, [&](const Expr& node) {
+    const Var* var = node.as<Var>();
+    return var != nullptr && var->variable == variable;
+  });
 }
 
 bool uses_param(const Expr& e, int slot) {
-  ParamFinder finder(slot);
-  finder.visit(e);
-  return finder.found;
+  return any_node(e, [&](const Expr& node) {
+    const Param* param = node.as<Param>();
+    return param != nullptr && param->slot == slot;
+  });
 }
 
 bool uses_array(const Expr& e, int slot) {
-  ArrayFinder finder(slot);
-  finder.visit(e);
-  return finder.found;
+  return any_node(e, [&](const Expr& node) {
+    const Load* load = node.as<Load>();
+    return load != nullptr && load->slot == slot;
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -64,6 +64,14 @@ fj_paged_attention_args valid_args(char* memory, int32_t* window) {
   return args;
 }
 
+// A launch with `bad` fails with FJ_ERROR_INVALID_ARGUMENT and a message naming `fragment`.
+void expect_rejected(const Context& c, fj_kernel* kernel, const fj_paged_attention_args& bad,
+                     const char* fragment) {
+  INFO(fragment);
+  CHECK(fj_paged_attention(kernel, &bad, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error().find(fragment) != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("status strings and version") {
@@ -245,10 +253,8 @@ TEST_CASE("launch arguments are checked before the driver is touched") {
   args.arrays = no_arrays;
   args.num_arrays = 4;
 
-  auto expect_invalid = [&](fj_paged_attention_args bad, const char* fragment) {
-    INFO(fragment);
-    CHECK(fj_paged_attention(kernel, &bad, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
-    CHECK(c.error().find(fragment) != std::string::npos);
+  const auto expect_invalid = [&](const fj_paged_attention_args& bad, const char* fragment) {
+    expect_rejected(c, kernel, bad, fragment);
   };
   fj_paged_attention_args bad = args;
   bad.q = nullptr;
@@ -303,10 +309,8 @@ TEST_CASE("array parameters are checked against what the kernel reads") {
   args.arrays = arrays;
   args.num_arrays = 4;
 
-  auto expect_invalid = [&](fj_paged_attention_args bad, const char* fragment) {
-    INFO(fragment);
-    CHECK(fj_paged_attention(kernel, &bad, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
-    CHECK(c.error().find(fragment) != std::string::npos);
+  const auto expect_invalid = [&](const fj_paged_attention_args& bad, const char* fragment) {
+    expect_rejected(c, kernel, bad, fragment);
   };
   fj_paged_attention_args bad = args;
   bad.num_arrays = 0;
