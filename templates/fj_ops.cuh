@@ -29,14 +29,19 @@ enum class TileClass : int { Empty = 0, Full = 1, Partial = 2 };
 // elements in memory the reader can address (device memory in a kernel, host memory in the
 // host evaluator). A 1-D array has cols == 1. Reads outside [0, rows) x [0, cols) yield 0.
 struct ArrayParam {
-  const void* data;  // null only when rows * cols == 0
-  i32 rows;
-  i32 cols;
-  i32 row_stride;  // elements from one row to the next, >= cols
-  i32 slot;        // this array's slot, for bad_index reports
+  const void* data = nullptr;  // null only when rows * cols == 0
+  i32 rows = 0;
+  i32 cols = 0;
+  i32 row_stride = 0;  // elements from one row to the next, >= cols
+  i32 slot = 0;        // this array's slot, for bad_index reports
   // Debug (null normally): four int32 {reported, slot, row, col}, zeroed by the caller. The
   // first read outside the array sets reported to 1 and records where it was.
-  i32* bad_index;
+  i32* bad_index = nullptr;
+  // Min/max summary along the array's position axis (see "Summaries" below), or null. Lets
+  // the interval analysis bound a read over a range of positions (`doc[b, kv]` over a tile)
+  // without reading every element.
+  const i32* summary = nullptr;
+  i32 summary_axis = 0;  // SummaryAxis
 };
 
 // The runtime parameters of a variant, passed by value in the kernel's arguments (so a
@@ -114,6 +119,143 @@ FJ_HD float load_float(const ArrayParam& a, i32 row, i32 col) {
 
 constexpr i32 kInt32Min = -2147483647 - 1;
 constexpr i32 kInt32Max = 2147483647;
+
+// ---------------------------------------------------------------------------------------------
+// Summaries of position-indexed arrays (DESIGN.md §4). An array with a dimension named `q` or
+// `kv` is summarised along it: each line (the elements that share the other index) gets a
+// 16-ary tree of (min, max) pairs. Level 1 holds one pair per 16 elements, level l + 1 one per
+// 16 pairs of level l, up to a level of one pair. A range query then reads at most 15 entries
+// at each end of each level, so bounding `doc[b, kv]` over a 64-key tile reads 4 pairs.
+//
+// Layout: line after line, each `summary_line_pairs(length)` pairs of two int32 {min, max},
+// levels 1, 2, ... in order. Values are ordering keys: an int element is its own key, a float
+// element's bits map to an int whose order is the float order (see float_key), so one
+// min/max serves both and a NaN lands beyond the infinities.
+enum SummaryAxis : i32 {
+  kSummaryNone = 0,
+  kSummaryRows = 1,  // the position is the row index (a 1-D array, or `[kv, x]`)
+  kSummaryCols = 2,  // the position is the column index (`[b, kv]`)
+};
+constexpr i32 kSummaryFanout = 16;
+
+// Positions along the summarised axis, and lines across it.
+FJ_HD i32 summary_length(const ArrayParam& a) {
+  return a.summary_axis == kSummaryRows ? a.rows : a.cols;
+}
+FJ_HD i32 summary_lines(const ArrayParam& a) {
+  return a.summary_axis == kSummaryRows ? a.cols : a.rows;
+}
+// Pairs at level `level` (>= 1) of a line of `length` elements.
+FJ_HD i64 summary_level_pairs(i64 length, int level) {
+  i64 count = length;
+  for (int l = 0; l < level; ++l)
+    count = (count + kSummaryFanout - 1) / kSummaryFanout;
+  return count;
+}
+// Levels of a line: up to the first with a single pair (none for an empty line).
+FJ_HD int summary_levels(i64 length) {
+  int levels = 0;
+  for (i64 count = length; count > 1 || (levels == 0 && count == 1);) {
+    count = (count + kSummaryFanout - 1) / kSummaryFanout;
+    ++levels;
+  }
+  return levels;
+}
+// Pairs before level `level` within a line; summary_level_offset(length, levels + 1) is the
+// pairs of the whole line.
+FJ_HD i64 summary_level_offset(i64 length, int level) {
+  i64 offset = 0;
+  for (int l = 1; l < level; ++l)
+    offset += summary_level_pairs(length, l);
+  return offset;
+}
+FJ_HD i64 summary_line_pairs(i64 length) {
+  return summary_level_offset(length, summary_levels(length) + 1);
+}
+// int32 words of a whole summary (two per pair).
+FJ_HD i64 summary_words(i32 rows, i32 cols, i32 axis) {
+  const i64 length = axis == kSummaryRows ? rows : cols;
+  const i64 lines = axis == kSummaryRows ? cols : rows;
+  return axis == kSummaryNone ? 0 : 2 * lines * summary_line_pairs(length);
+}
+
+// Ordering key of a float's bits: negative floats have their magnitude bits flipped, so that
+// key order is float order (-NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN).
+FJ_HD i32 float_key(i32 bits) {
+  return bits >= 0 ? bits : bits ^ 0x7fffffff;
+}
+FJ_HD i32 float_key_bits(i32 key) {
+  return key >= 0 ? key : key ^ 0x7fffffff;
+}
+
+// Element `position` of line `line`, as a key (the array must hold it).
+FJ_HD i32 summary_element_key(const ArrayParam& a, bool is_float, i32 line, i64 position) {
+  const i64 offset = a.summary_axis == kSummaryRows ? position * a.row_stride + line
+                                                    : (i64)line * a.row_stride + position;
+#if defined(__CUDA_ARCH__)
+  const i32 bits = __ldg(static_cast<const i32*>(a.data) + offset);
+#else
+  const i32 bits = static_cast<const i32*>(a.data)[offset];
+#endif
+  return is_float ? float_key(bits) : bits;
+}
+
+// The keys of every value that reads at positions [lo, hi] of line `line` return, as
+// {min, max}: out-of-range positions (and lines) read 0, whose key is 0 for both types.
+// Requires a.summary.
+struct KeyRange {
+  i32 lo;
+  i32 hi;
+};
+FJ_HD KeyRange summary_range(const ArrayParam& a, bool is_float, i64 line, i64 lo, i64 hi) {
+  const i64 length = summary_length(a);
+  KeyRange keys = {kInt32Max, kInt32Min};
+  const auto take = [&keys](i32 min_key, i32 max_key) {
+    keys.lo = min_key < keys.lo ? min_key : keys.lo;
+    keys.hi = max_key > keys.hi ? max_key : keys.hi;
+  };
+  if (line < 0 || line >= summary_lines(a) || lo < 0 || hi >= length) take(0, 0);
+  lo = lo < 0 ? 0 : lo;
+  hi = hi >= length ? length - 1 : hi;
+  if (line < 0 || line >= summary_lines(a) || lo > hi) return keys;
+
+  for (i64 position = lo; position <= hi && position % kSummaryFanout != 0; lo = ++position) {
+    const i32 key = summary_element_key(a, is_float, (i32)line, position);
+    take(key, key);
+  }
+  for (i64 position = hi;
+       position >= lo && (position + 1) % kSummaryFanout != 0 && position != length - 1;
+       hi = --position) {
+    const i32 key = summary_element_key(a, is_float, (i32)line, position);
+    take(key, key);
+  }
+  if (lo > hi) return keys;
+  // [lo, hi] is now whole blocks of level 1 (the last may be the line's short tail).
+  const int levels = summary_levels(length);
+  const i32* pairs = a.summary + 2 * line * summary_line_pairs(length);
+  lo /= kSummaryFanout;
+  hi /= kSummaryFanout;
+  for (int level = 1; level <= levels && lo <= hi; ++level) {
+    const i64 count = summary_level_pairs(length, level);
+    const i32* entries = pairs + 2 * summary_level_offset(length, level);
+    const bool top = level == levels;
+    const auto take_entry = [&](i64 i) {
+#if defined(__CUDA_ARCH__)
+      take(__ldg(entries + 2 * i), __ldg(entries + 2 * i + 1));
+#else
+      take(entries[2 * i], entries[2 * i + 1]);
+#endif
+    };
+    for (; lo <= hi && (top || lo % kSummaryFanout != 0); ++lo)
+      take_entry(lo);
+    for (; hi >= lo && (hi + 1) % kSummaryFanout != 0 && hi != count - 1; --hi)
+      take_entry(hi);
+    if (lo > hi) break;
+    lo /= kSummaryFanout;
+    hi /= kSummaryFanout;
+  }
+  return keys;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Scalar operations of the language on int32. Every one is total: wrap-around instead of
@@ -564,11 +706,20 @@ FJ_HD Interval select(Interval cond, Interval a, Interval b) {
 
 namespace ival {
 // Every value a read of `a` at rows `row`, columns `col` may return: the element when both
-// indices are points, else every int32 (a kernel cannot scan the array; out-of-range reads
-// give 0, which every int32 includes).
+// indices are points; the summary's bound when the other index is a point and the range runs
+// along the summarised axis; else every int32 (out-of-range reads give 0, which every int32
+// includes).
 FJ_HD Interval load_int(const ArrayParam& a, Interval row, Interval col) {
   if (row.is_point() && col.is_point()) {
     return Interval::point(fj::load_int(a, (i32)row.lo, (i32)col.lo));
+  }
+  if (a.summary != nullptr && a.summary_axis == kSummaryCols && row.is_point()) {
+    const KeyRange keys = summary_range(a, false, row.lo, col.lo, col.hi);
+    return {keys.lo, keys.hi};
+  }
+  if (a.summary != nullptr && a.summary_axis == kSummaryRows && col.is_point()) {
+    const KeyRange keys = summary_range(a, false, col.lo, row.lo, row.hi);
+    return {keys.lo, keys.hi};
   }
   return Interval::everything();
 }
@@ -876,9 +1027,189 @@ FJ_HD FloatInterval load_float(const ArrayParam& a, Interval row, Interval col) 
   if (row.is_point() && col.is_point()) {
     return FloatInterval::point(fj::load_float(a, (i32)row.lo, (i32)col.lo));
   }
-  return FloatInterval::everything();
+  const bool along_cols = a.summary_axis == kSummaryCols && row.is_point();
+  const bool along_rows = a.summary_axis == kSummaryRows && col.is_point();
+  if (a.summary == nullptr || !(along_cols || along_rows)) return FloatInterval::everything();
+  const KeyRange keys = along_cols ? summary_range(a, true, row.lo, col.lo, col.hi)
+                                   : summary_range(a, true, col.lo, row.lo, row.hi);
+  // A NaN's key lies beyond an infinity's: the range then holds NaN (and, NaNs of both signs
+  // aside, possibly anything); keep it simple and sound.
+  if (keys.lo < float_key((i32)0xff800000u) || keys.hi > 0x7f800000) {
+    return FloatInterval::everything();
+  }
+  return FloatInterval::range(bits_to_float(float_key_bits(keys.lo)),
+                              bits_to_float(float_key_bits(keys.hi)));
 }
 
 }  // namespace fival
 
+}  // namespace fj
+
+namespace fj {
+
+// ---------------------------------------------------------------------------------------------
+// KV ranges (DESIGN.md §4): the keys that may be visible to a range of queries, derived from
+// the mask's comparisons on kv. The generated kv_range() hook and the host's kv_range() both
+// solve each comparison `f(kv) op E` for kv with these functions, then check the answer with
+// the interval analysis (kvr::verified), so a solution that 32-bit wrap-around or a gap in
+// the solver would make wrong is replaced by "every key", never trusted.
+
+// Keys [lo, hi); empty when lo >= hi.
+struct KvRange {
+  i32 lo;
+  i32 hi;
+};
+
+namespace kvr {
+
+// A set of integers [lo, hi] in exact (unwrapped) arithmetic, either end possibly unbounded
+// (+-kUnbounded); empty when lo > hi.
+constexpr i64 kUnbounded = (i64)1 << 62;
+struct Bound {
+  i64 lo;
+  i64 hi;
+};
+
+FJ_HD Bound all() {
+  return {-kUnbounded, kUnbounded};
+}
+FJ_HD Bound none() {
+  return {1, 0};
+}
+FJ_HD bool is_empty(Bound s) {
+  return s.lo > s.hi;
+}
+FJ_HD i64 saturate(i64 x) {
+  return x < -kUnbounded ? -kUnbounded : (x > kUnbounded ? kUnbounded : x);
+}
+FJ_HD Bound make(i64 lo, i64 hi) {
+  return {saturate(lo), saturate(hi)};
+}
+
+// Comparison operators of an atom `f op E`, with kv inside f.
+enum CompareOp : int { kLess = 0, kLessEqual = 1, kGreater = 2, kGreaterEqual = 3, kEqual = 4 };
+
+// The values of f for which `f op e` holds for some e in `e`.
+FJ_HD Bound compared_with(int op, Interval e) {
+  switch (op) {
+    case kLess:
+      return make(-kUnbounded, e.hi - 1);
+    case kLessEqual:
+      return make(-kUnbounded, e.hi);
+    case kGreater:
+      return make(e.lo + 1, kUnbounded);
+    case kGreaterEqual:
+      return make(e.lo, kUnbounded);
+    default:
+      return make(e.lo, e.hi);
+  }
+}
+
+// Each inverse step: the values of the kv-side operand a for which the operation's result can
+// lie in `s`, given the other operand's interval. Exact arithmetic: wrap-around is the
+// verifier's business.
+// a + b in s
+FJ_HD Bound addend(Bound s, Interval b) {
+  return is_empty(s) ? s : make(s.lo - b.hi, s.hi - b.lo);
+}
+// a - b in s
+FJ_HD Bound minuend(Bound s, Interval b) {
+  return is_empty(s) ? s : make(s.lo + b.lo, s.hi + b.hi);
+}
+// a' - a in s, with a' in `minuend_values`
+FJ_HD Bound subtrahend(Bound s, Interval minuend_values) {
+  return is_empty(s) ? s : make(minuend_values.lo - s.hi, minuend_values.hi - s.lo);
+}
+// -a in s
+FJ_HD Bound negated(Bound s) {
+  return is_empty(s) ? s : Bound{-s.hi, -s.lo};
+}
+
+namespace detail {
+// x / c rounded down or up, c > 0, keeping unbounded ends unbounded.
+FJ_HD i64 divide_end(i64 x, i64 c, bool round_up) {
+  if (x <= -kUnbounded || x >= kUnbounded) return x;
+  const i64 q = fj::detail::floordiv64(x, c);
+  return round_up && q * c != x ? q + 1 : q;
+}
+// x * c + add, c > 0, saturating, keeping unbounded ends unbounded.
+FJ_HD i64 multiply_end(i64 x, i64 c, i64 add) {
+  if (x <= -kUnbounded || x >= kUnbounded) return x;
+  if (x > kUnbounded / c) return kUnbounded;
+  if (x < -kUnbounded / c) return -kUnbounded;
+  return saturate(x * c + add);
+}
+}  // namespace detail
+
+// a * c in s, for a constant c (any other multiplier: every a)
+FJ_HD Bound factor(Bound s, Interval c) {
+  if (is_empty(s)) return s;
+  if (!c.is_point() || c.lo == 0) return all();
+  const Bound t = c.lo > 0 ? s : negated(s);
+  const i64 m = c.lo > 0 ? c.lo : -c.lo;
+  return {detail::divide_end(t.lo, m, true), detail::divide_end(t.hi, m, false)};
+}
+// floor(a / c) in s, for a constant c > 0 (any other divisor: every a)
+FJ_HD Bound dividend(Bound s, Interval c) {
+  if (is_empty(s)) return s;
+  if (!c.is_point() || c.lo <= 0) return all();
+  return {detail::multiply_end(s.lo, c.lo, 0), detail::multiply_end(s.hi, c.lo, c.lo - 1)};
+}
+// |a| in s
+FJ_HD Bound abs_argument(Bound s) {
+  if (is_empty(s) || s.hi < 0) return none();
+  return {-s.hi, s.hi};
+}
+// min(a, b) in s: both a and b are at least s.lo, and a is at most s.hi unless b can be.
+FJ_HD Bound min_argument(Bound s, Interval b) {
+  if (is_empty(s) || b.hi < s.lo) return none();
+  return {s.lo, b.lo > s.hi ? s.hi : kUnbounded};
+}
+// max(a, b) in s: both a and b are at most s.hi, and a is at least s.lo unless b can be.
+FJ_HD Bound max_argument(Bound s, Interval b) {
+  if (is_empty(s) || b.lo > s.hi) return none();
+  return {b.hi < s.lo ? s.lo : -kUnbounded, s.hi};
+}
+
+FJ_HD Bound intersect(Bound a, Bound b) {
+  return {a.lo > b.lo ? a.lo : b.lo, a.hi < b.hi ? a.hi : b.hi};
+}
+FJ_HD Bound hull(Bound a, Bound b) {
+  if (is_empty(a)) return b;
+  if (is_empty(b)) return a;
+  return {a.lo < b.lo ? a.lo : b.lo, a.hi > b.hi ? a.hi : b.hi};
+}
+
+// A condition that does not read kv, with the boolean interval `value`: no key when it is
+// surely false (or, negated, surely true), every key otherwise.
+FJ_HD Bound guard(Interval value, bool polarity) {
+  return (polarity ? value.hi == 0 : value.lo == 1) ? none() : all();
+}
+
+// The candidate keys `s` (clipped to the keys [0, INT32_MAX]) if the interval analysis
+// confirms that the atom is false for every other key, else every key. `atom(kv)` gives the
+// comparison's boolean interval for a key interval; the atom holds where the comparison is
+// true (polarity) or false (!polarity).
+template <class Atom>
+FJ_HD Bound verified(Bound s, Atom atom, bool polarity) {
+  const Bound keys = {0, kInt32Max};
+  const Bound candidate = intersect(s, keys);
+  const auto surely_false = [&](i64 lo, i64 hi) {
+    const Interval value = atom(Interval::range(lo, hi));
+    return polarity ? value.hi == 0 : value.lo == 1;
+  };
+  if (is_empty(candidate)) return surely_false(0, kInt32Max) ? none() : keys;
+  if (candidate.lo > 0 && !surely_false(0, candidate.lo - 1)) return keys;
+  if (candidate.hi < kInt32Max && !surely_false(candidate.hi + 1, kInt32Max)) return keys;
+  return candidate;
+}
+
+// The half-open key range of a bound, within [0, INT32_MAX).
+FJ_HD KvRange to_range(Bound s) {
+  const Bound keys = intersect(s, Bound{0, kInt32Max - 1});
+  if (is_empty(keys)) return {0, 0};
+  return {(i32)keys.lo, (i32)(keys.hi + 1)};
+}
+
+}  // namespace kvr
 }  // namespace fj

@@ -5,9 +5,10 @@
 // rows are (token, head-in-group) pairs, so the query heads that share a kv head share every K/V
 // tile the CTA loads.
 //
-// The kernel calls only the variant's hooks (DESIGN.md §5): `classify` decides per K/V tile
-// whether it is skipped (Empty: never loaded), computed without per-element mask (Full), or
-// masked element by element (Partial); `score` and `mask` apply to single elements.
+// The kernel calls only the variant's hooks (DESIGN.md §5): `kv_range` bounds the K/V tiles
+// the CTA visits, `classify` decides per visited tile whether it is skipped (Empty: never
+// loaded), computed without per-element mask (Full), or masked element by element (Partial);
+// `score` and `mask` apply to single elements.
 //
 // Numerics: bf16/fp16 operands on tensor cores (mma.sync m16n8k16), fp32 accumulation, fp32
 // online softmax. A row with no visible key writes 0 and LSE -inf.
@@ -37,6 +38,24 @@ __device__ __forceinline__ TileClass classify_for_heads(const Variant& variant,
       all_full = all_full && c == TileClass::Full;
     }
     return all_empty ? TileClass::Empty : (all_full ? TileClass::Full : TileClass::Partial);
+  }
+}
+
+// Keys [lo, hi) that the CTA's query positions [q_lo, q_hi] may see, over its heads.
+template <class Variant>
+__device__ __forceinline__ KvRange kv_range_for_heads(const Variant& variant,
+                                                      const MaskParams& params, int b, int head_lo,
+                                                      int head_hi, int q_lo, int q_hi) {
+  if constexpr (!Variant::kUsesHead) {
+    return variant.kv_range(params, b, head_lo, q_lo, q_hi + 1);
+  } else {
+    KvRange range = {0, 0};
+    for (int h = head_lo; h <= head_hi; ++h) {
+      const KvRange head = variant.kv_range(params, b, h, q_lo, q_hi + 1);
+      if (head.lo >= head.hi) continue;
+      range = range.lo >= range.hi ? head : KvRange{min(range.lo, head.lo), max(range.hi, head.hi)};
+    }
+    return range;
   }
 }
 
@@ -174,12 +193,33 @@ __device__ void paged_prefill(const PagedPrefillArgs& args) {
   // Keys the block table can address; a seq_len beyond it reads nothing past the table.
   const i64 capacity = static_cast<i64>(args.max_blocks_per_req) * kPageSize;
   const int kv_end = kPageSize == 0 || capacity >= seq_len ? seq_len : static_cast<int>(capacity);
-  const int num_kv_tiles = (kv_end + kPrefillBlockN - 1) / kPrefillBlockN;
-  for (int tile = 0; tile < num_kv_tiles; ++tile) {
+  // Only the tiles of the keys the mask's kv range admits are visited (DESIGN.md §4); inside
+  // it, classify() still skips Empty tiles.
+  const KvRange range =
+      kv_range_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi);
+  const int visible_end = min(range.hi, kv_end);
+  const int first_tile = range.lo / kPrefillBlockN;
+  const int end_tile =
+      range.lo < visible_end ? (visible_end + kPrefillBlockN - 1) / kPrefillBlockN : first_tile;
+  // Tiles are classified kPrefillThreads at a time, one per thread, into shared memory: the
+  // CTA's threads share the work instead of each repeating it for every tile (a classify that
+  // reads array summaries costs tens of loads).
+  __shared__ TileClass tile_classes[kPrefillThreads];
+  for (int tile = first_tile; tile < end_tile; ++tile) {
     const int k0 = tile * kPrefillBlockN;
-    const int k1 = min(k0 + kPrefillBlockN, kv_end);
-    const TileClass tile_class =
-        classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi, k0, k1);
+    const int slot = (tile - first_tile) % kPrefillThreads;
+    if (slot == 0) {
+      __syncthreads();  // every thread is done with the previous batch of classes
+      const int own = tile + static_cast<int>(threadIdx.x);
+      if (own < end_tile) {
+        const int own_k0 = own * kPrefillBlockN;
+        tile_classes[threadIdx.x] =
+            classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi, own_k0,
+                               min(own_k0 + kPrefillBlockN, kv_end));
+      }
+      __syncthreads();
+    }
+    const TileClass tile_class = tile_classes[slot];
     if (tile_class == TileClass::Empty) continue;
 
     __syncthreads();  // every warp is done reading the previous K/V tile

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "flexjit/compiler/mask.h"
+#include "kv_range_plan.h"
 
 namespace flexjit {
 
@@ -143,7 +144,9 @@ std::string param_read(const ir::Param* param) {
 // Writes the statements of one hook body, one per operation node, shared nodes once.
 class StatementWriter {
  public:
-  explicit StatementWriter(bool intervals) : intervals_(intervals) {}
+  // Temporaries are named `prefix` and a number, so that writers can share a function body.
+  explicit StatementWriter(bool intervals, std::string prefix = "t")
+      : intervals_(intervals), prefix_(std::move(prefix)) {}
 
   // The C++ expression naming e's value (a leaf's text, or the temporary holding it).
   std::string value_of(const ir::Expr& e) {
@@ -158,13 +161,15 @@ class StatementWriter {
     const std::string value =
         e.kind() == ir::ExprKind::Load ? load(e.as<ir::Load>(), operands) : operation(e, operands);
 
-    std::string name = fmt::format("t{}", names_.size());
+    std::string name = fmt::format("{}{}", prefix_, names_.size());
     code_ += fmt::format("    const {} {} = {};\n", type_name(e.type()), name, value);
     names_.emplace(e.get(), name);
     return name;
   }
 
   const std::string& code() const { return code_; }
+  // Adds a statement of the caller's after those written so far.
+  void append(const std::string& statement) { code_ += statement; }
 
  private:
   std::string operation(const ir::Expr& e, const std::vector<std::string>& operands) const {
@@ -247,8 +252,108 @@ class StatementWriter {
   }
 
   bool intervals_;
+  std::string prefix_;
   std::unordered_map<const ir::ExprNode*, std::string> names_;
   std::string code_;
+};
+
+const char* kv_step_function(KvStep::Kind kind) {
+  switch (kind) {
+    case KvStep::Add:
+      return "addend";
+    case KvStep::Minuend:
+      return "minuend";
+    case KvStep::Subtrahend:
+      return "subtrahend";
+    case KvStep::Neg:
+      return "negated";
+    case KvStep::Mul:
+      return "factor";
+    case KvStep::Div:
+      return "dividend";
+    case KvStep::Abs:
+      return "abs_argument";
+    case KvStep::Min:
+      return "min_argument";
+    case KvStep::Max:
+      return "max_argument";
+  }
+  return "";
+}
+
+// Writes the kv_range() body of a plan (kv_range_plan.h) as fj::kvr calls: the same steps in
+// the same order as the host's kv_range(), kv-free operands as interval statements.
+class KvRangeWriter {
+ public:
+  // The name of the bound that `plan` evaluates to.
+  std::string bound_of(const KvPlan& plan) {
+    switch (plan.kind) {
+      case KvPlan::All:
+        return "fj::kvr::all()";
+      case KvPlan::None:
+        return "fj::kvr::none()";
+      case KvPlan::Intersect:
+      case KvPlan::Hull: {
+        std::string result = bound_of(plan.children[0]);
+        for (size_t i = 1; i < plan.children.size(); ++i) {
+          const std::string child = bound_of(plan.children[i]);
+          result = declare(fmt::format("fj::kvr::{}({}, {})",
+                                       plan.kind == KvPlan::Intersect ? "intersect" : "hull",
+                                       result, child));
+        }
+        return result;
+      }
+      case KvPlan::Guard:
+        return declare(fmt::format("fj::kvr::guard({}, {})", intervals_.value_of(plan.condition),
+                                   plan.polarity));
+      case KvPlan::Atom:
+        return atom(plan);
+    }
+    return "fj::kvr::all()";
+  }
+
+  std::string code() const { return intervals_.code(); }
+
+ private:
+  std::string declare(const std::string& value) {
+    std::string name = fmt::format("k{}", bounds_++);
+    intervals_.append(fmt::format("    const fj::kvr::Bound {} = {};\n", name, value));
+    return name;
+  }
+
+  std::string atom(const KvPlan& plan) {
+    static constexpr const char* kOps[] = {"kLess", "kLessEqual", "kGreater", "kGreaterEqual",
+                                           "kEqual"};
+    std::string s = declare(fmt::format("fj::kvr::compared_with(fj::kvr::{}, {})", kOps[plan.op],
+                                        intervals_.value_of(plan.other)));
+    for (const KvStep& step : plan.steps) {
+      const std::string other =
+          step.other.defined() ? ", " + intervals_.value_of(step.other) : std::string();
+      s = declare(fmt::format("fj::kvr::{}({}{})", kv_step_function(step.kind), s, other));
+    }
+    // The check reads the comparison over key ranges of its choosing.
+    StatementWriter check(true, fmt::format("a{}_", atoms_++));
+    const std::string value = check.value_of(plan.condition);
+    return declare(fmt::format(
+        "fj::kvr::verified({}, [&](fj::Interval kv) {{\n{}      return {};\n    }}, {})", s,
+        indent(check.code()), value, plan.polarity));
+  }
+
+  // Two more spaces before every line.
+  static std::string indent(const std::string& code) {
+    std::string result;
+    bool line_start = true;
+    for (const char c : code) {
+      if (line_start) result += "  ";
+      result += c;
+      line_start = c == '\n';
+    }
+    return result;
+  }
+
+  StatementWriter intervals_{true, "r"};
+  int bounds_ = 0;
+  int atoms_ = 0;
 };
 
 }  // namespace
@@ -271,6 +376,9 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
     provenance += fmt::format(", score `{}`", variant.score_name);
     score_comment = fmt::format("// score: {}\n", ir::to_string(variant.score));
   }
+
+  KvRangeWriter kv_writer;
+  const std::string kv_bound = kv_writer.bound_of(plan_kv_range(mask));
 
   std::string ranges;
   if (ir::uses_variable(mask, ir::Variable::Q)) {
@@ -307,6 +415,15 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       "{class_code}"
       "    return fj::tile_class({class_value});\n"
       "  }}\n"
+      "\n"
+      "  // keys [lo, hi) that queries [q0, q1) may see\n"
+      "  __device__ __forceinline__ fj::KvRange kv_range(const fj::MaskParams& p, int b, int h, "
+      "int q0, int q1) const {{\n"
+      "    if (q0 >= q1) return {{0, 0}};\n"
+      "    [[maybe_unused]] const fj::Interval q = fj::Interval::range(q0, (fj::i64)q1 - 1);\n"
+      "{kv_code}"
+      "    return fj::kvr::to_range({kv_bound});\n"
+      "  }}\n"
       "}};\n",
       fmt::arg("name", variant.name), fmt::arg("provenance", provenance),
       fmt::arg("mask_ir", ir::to_string(mask)), fmt::arg("score_comment", score_comment),
@@ -314,7 +431,8 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       fmt::arg("uses_head", variant.uses_head), fmt::arg("mask_code", mask_writer.code()),
       fmt::arg("mask_value", mask_value), fmt::arg("score_code", score_code),
       fmt::arg("ranges", ranges), fmt::arg("class_code", interval.code()),
-      fmt::arg("class_value", class_value));
+      fmt::arg("class_value", class_value), fmt::arg("kv_code", kv_writer.code()),
+      fmt::arg("kv_bound", kv_bound));
 }
 
 }  // namespace flexjit

@@ -2,6 +2,7 @@
 // each operation coming from semantics.h (that is, from templates/fj_ops.cuh).
 #include <array>
 
+#include "analysis.h"
 #include "flexjit/compiler/mask.h"
 #include "flexjit/compiler/semantics.h"
 
@@ -13,12 +14,6 @@ static_assert(static_cast<int>(TileClass::Empty) == static_cast<int>(fj::TileCla
               static_cast<int>(TileClass::Partial) == static_cast<int>(fj::TileClass::Partial));
 
 namespace {
-
-// Every scalar reads 0 and every array is empty when the caller passes no parameters.
-const fj::MaskParams& params_or_zero(const fj::MaskParams* params) {
-  static const fj::MaskParams zero{};
-  return params != nullptr ? *params : zero;
-}
 
 ir::Value param_value(const fj::MaskParams& params, const ir::Param* param) {
   const int32_t bits = params.scalar[param->slot];
@@ -95,13 +90,18 @@ ir::Value evaluate(const ir::Expr& e, const Point& point) {
   }
 }
 
-// The box of inputs one tile covers: concrete b, h and params, ranges of q and kv.
-struct TileBox {
-  const Tile& tile;
-  fj::Interval q, kv;
-  const fj::MaskParams& params;
-};
+}  // namespace
 
+const fj::MaskParams& params_or_zero(const fj::MaskParams* params) {
+  static const fj::MaskParams zero{};
+  return params != nullptr ? *params : zero;
+}
+
+ir::Expr mask_of(const Variant& variant) {
+  return variant.mask.defined() ? variant.mask : ir::BoolImm::make(false);
+}
+
+namespace {
 ir::IntervalValue of_ints(fj::Interval ints) {
   ir::IntervalValue value;
   value.ints = ints;
@@ -113,6 +113,8 @@ ir::IntervalValue of_floats(fj::FloatInterval floats) {
   value.floats = floats;
   return value;
 }
+
+}  // namespace
 
 ir::IntervalValue evaluate_interval(const ir::Expr& e, const TileBox& box) {
   switch (e.kind()) {
@@ -157,13 +159,6 @@ ir::IntervalValue evaluate_interval(const ir::Expr& e, const TileBox& box) {
     }
   }
 }
-
-// A variant without a mask (a default-constructed Variant) shows nothing.
-ir::Expr mask_of(const Variant& variant) {
-  return variant.mask.defined() ? variant.mask : ir::BoolImm::make(false);
-}
-
-}  // namespace
 
 bool evaluate_mask(const Variant& variant, const EvalPoint& point) {
   return evaluate(mask_of(variant), {point, 0.0f, params_or_zero(point.params)}).i != 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/mask.h"
 
 namespace flexjit {
@@ -19,14 +20,6 @@ struct HostCache {
   float at(int64_t block, int64_t slot, int64_t head, int64_t d) const {
     return values[block * stride_block + slot * stride_slot + head * stride_head + d];
   }
-};
-
-// A runtime array parameter on the host: rows x cols elements, dense row-major, each the int32
-// value or the float32 bits (by the parameter's element type).
-struct HostArray {
-  int32_t rows = 0;
-  int32_t cols = 1;
-  std::vector<int32_t> bits;
 };
 
 struct HostPagedBatch {

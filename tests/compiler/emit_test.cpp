@@ -53,6 +53,13 @@ size_t count(const std::string& text, const std::string& part) {
   return found;
 }
 
+// The body of hook `name` ("classify", "kv_range", ...) in emitted code.
+std::string hook(const std::string& code, const std::string& name) {
+  const size_t begin = code.find(" " + name + "(");
+  REQUIRE(begin != std::string::npos);
+  return code.substr(begin, code.find("\n  }\n", begin) - begin);
+}
+
 Expr causal() {
   return ir::GE::make(q(), kv());
 }
@@ -102,7 +109,7 @@ TEST_CASE("a shared node is computed once per hook", "[emit]") {
   const std::string code =
       emit_cuda_variant(variant_of("twice", ir::And::make(shared, ir::Not::make(shared))), "Twice");
   CHECK(count(code, "(q >= kv);") == 1);
-  CHECK(count(code, "fj::ival::ge(") == 1);
+  CHECK(count(hook(code, "classify"), "fj::ival::ge(") == 1);
   CHECK_THAT(code, Catch::Contains("const bool t1 = (!t0);"));
 }
 
@@ -116,7 +123,7 @@ TEST_CASE("bool params, the head and constant bodies", "[emit]") {
   CHECK_THAT(headed,
              Catch::Contains("fj::ival::ne(fj::Interval::point(h), fj::Interval::point(0))"));
   // Neither q nor kv is read, so their ranges are not declared (no unused variables).
-  CHECK_THAT(headed, !Catch::Contains("fj::Interval q ="));
+  CHECK_THAT(hook(headed, "classify"), !Catch::Contains("fj::Interval q ="));
 
   const std::string all = emit_cuda_variant(variant_of("all", ir::BoolImm::make(true)), "All");
   CHECK_THAT(all, Catch::Contains("    return true;\n"));
@@ -133,8 +140,32 @@ TEST_CASE("INT_MIN is written without a 64-bit literal", "[emit]") {
   CHECK_THAT(code, Catch::Contains("(kv > (-2147483647 - 1))"));
   const std::string after_comments = code.substr(code.find("struct"));
   CHECK_THAT(after_comments, !Catch::Contains("2147483648"));
-  CHECK_THAT(code, !Catch::Contains("fj::Interval q ="));
+  CHECK_THAT(hook(code, "classify"), !Catch::Contains("fj::Interval q ="));
   CHECK_THAT(code, Catch::Contains("fj::Interval kv ="));
+}
+
+TEST_CASE("kv_range solves each comparison on kv and checks the answer", "[emit][kv_range]") {
+  const std::string causal_range =
+      hook(emit_cuda_variant(variant_of("causal", causal()), "Causal"), "kv_range");
+  CHECK_THAT(causal_range, Catch::Contains("fj::kvr::compared_with(fj::kvr::kLessEqual, q)"));
+  CHECK_THAT(causal_range, Catch::Contains("fj::kvr::verified(k0, [&](fj::Interval kv) {\n"
+                                           "      const fj::Interval a0_0 = fj::ival::ge(q, kv);\n"
+                                           "      return a0_0;\n"
+                                           "    }, true);"));
+  CHECK_THAT(causal_range, Catch::Contains("return fj::kvr::to_range(k1);"));
+
+  // q - kv < window: kv is the subtrahend, the window the compared value.
+  const std::string sliding_range =
+      hook(emit_cuda_variant(variant_of("sliding", sliding()), "Sliding"), "kv_range");
+  CHECK_THAT(sliding_range, Catch::Contains("fj::kvr::compared_with(fj::kvr::kLess, "
+                                            "fj::Interval::point(p.scalar[1]))"));
+  CHECK_THAT(sliding_range, Catch::Contains("fj::kvr::subtrahend(k2, q)"));
+  CHECK_THAT(sliding_range, Catch::Contains("fj::kvr::intersect(k1, k4)"));
+
+  // Nothing bounds kv in a mask that never compares it.
+  const std::string all_range =
+      hook(emit_cuda_variant(variant_of("all", ir::BoolImm::make(true)), "All"), "kv_range");
+  CHECK_THAT(all_range, Catch::Contains("return fj::kvr::to_range(fj::kvr::all());"));
 }
 
 TEST_CASE("a score hook computes the score IR from s", "[emit][float]") {

@@ -1,0 +1,258 @@
+// KV ranges: which keys a range of queries may see, from the mask's comparisons on kv.
+#include "kv_range_plan.h"
+
+#include "analysis.h"
+
+namespace flexjit {
+
+namespace {
+
+bool reads_kv(const ir::Expr& e) {
+  return ir::uses_variable(e, ir::Variable::KV);
+}
+
+// The steps from `f` down to kv, when f reaches kv through invertible operations only (kv
+// read once). Empty optional-like: returns false when f is not invertible.
+bool invert_chain(const ir::Expr& f, std::vector<KvStep>& steps) {
+  for (ir::Expr e = f;;) {
+    const ir::ExprKind kind = e.kind();
+    if (kind == ir::ExprKind::Var) return e.as<ir::Var>()->variable == ir::Variable::KV;
+    if (e.type() != ir::Type::Int) return false;
+    const int count = ir::operand_count(kind);
+    if (count == 1) {
+      switch (kind) {
+        case ir::ExprKind::Neg:
+          steps.push_back({KvStep::Neg, {}});
+          break;
+        case ir::ExprKind::Abs:
+          steps.push_back({KvStep::Abs, {}});
+          break;
+        default:
+          return false;
+      }
+      e = ir::operand(e, 0);
+      continue;
+    }
+    if (count != 2) return false;
+    const ir::Expr& a = ir::operand(e, 0);
+    const ir::Expr& b = ir::operand(e, 1);
+    const bool in_a = reads_kv(a), in_b = reads_kv(b);
+    if (in_a == in_b) return false;  // kv on both sides cannot be solved for
+    const ir::Expr& other = in_a ? b : a;
+    switch (kind) {
+      case ir::ExprKind::Add:
+        steps.push_back({KvStep::Add, other});
+        break;
+      case ir::ExprKind::Sub:
+        steps.push_back({in_a ? KvStep::Minuend : KvStep::Subtrahend, other});
+        break;
+      case ir::ExprKind::Mul:
+        steps.push_back({KvStep::Mul, other});
+        break;
+      case ir::ExprKind::Div:
+        if (!in_a) return false;  // kv in the divisor
+        steps.push_back({KvStep::Div, other});
+        break;
+      case ir::ExprKind::Min:
+        steps.push_back({KvStep::Min, other});
+        break;
+      case ir::ExprKind::Max:
+        steps.push_back({KvStep::Max, other});
+        break;
+      default:
+        return false;
+    }
+    e = in_a ? a : b;
+  }
+}
+
+// The comparison `a kind b` as `f op other` with f the kv side, under a polarity.
+int compare_op(ir::ExprKind kind, bool kv_on_left, bool polarity, bool* solvable) {
+  // Negation first: !(a < b) is a >= b, and so on; != and !(==) bound nothing.
+  if (!polarity) {
+    switch (kind) {
+      case ir::ExprKind::LT:
+        kind = ir::ExprKind::GE;
+        break;
+      case ir::ExprKind::LE:
+        kind = ir::ExprKind::GT;
+        break;
+      case ir::ExprKind::GT:
+        kind = ir::ExprKind::LE;
+        break;
+      case ir::ExprKind::GE:
+        kind = ir::ExprKind::LT;
+        break;
+      case ir::ExprKind::NE:
+        kind = ir::ExprKind::EQ;
+        break;
+      default:
+        kind = ir::ExprKind::NE;
+        break;
+    }
+  }
+  *solvable = kind != ir::ExprKind::NE;
+  const bool swap = !kv_on_left;  // `other op f` is `f op' other`
+  switch (kind) {
+    case ir::ExprKind::LT:
+      return swap ? fj::kvr::kGreater : fj::kvr::kLess;
+    case ir::ExprKind::LE:
+      return swap ? fj::kvr::kGreaterEqual : fj::kvr::kLessEqual;
+    case ir::ExprKind::GT:
+      return swap ? fj::kvr::kLess : fj::kvr::kGreater;
+    case ir::ExprKind::GE:
+      return swap ? fj::kvr::kLessEqual : fj::kvr::kGreaterEqual;
+    default:
+      return fj::kvr::kEqual;
+  }
+}
+
+bool is_comparison(ir::ExprKind kind) {
+  return kind == ir::ExprKind::LT || kind == ir::ExprKind::LE || kind == ir::ExprKind::GT ||
+         kind == ir::ExprKind::GE || kind == ir::ExprKind::EQ || kind == ir::ExprKind::NE;
+}
+
+KvPlan leaf(KvPlan::Kind kind) {
+  KvPlan plan;
+  plan.kind = kind;
+  return plan;
+}
+
+KvPlan combine(KvPlan::Kind kind, KvPlan a, KvPlan b) {
+  KvPlan plan;
+  plan.kind = kind;
+  plan.children.push_back(std::move(a));
+  plan.children.push_back(std::move(b));
+  return plan;
+}
+
+KvPlan plan(const ir::Expr& e, bool polarity) {
+  if (e.kind() == ir::ExprKind::BoolImm) {
+    return leaf(e.as<ir::BoolImm>()->value == polarity ? KvPlan::All : KvPlan::None);
+  }
+  if (!reads_kv(e)) {
+    KvPlan guard = leaf(KvPlan::Guard);
+    guard.condition = e;
+    guard.polarity = polarity;
+    return guard;
+  }
+  switch (e.kind()) {
+    case ir::ExprKind::And:
+    case ir::ExprKind::Or: {
+      // a && b holds only where both may; !(a && b) is !a || !b (De Morgan).
+      const bool conjunction = (e.kind() == ir::ExprKind::And) == polarity;
+      return combine(conjunction ? KvPlan::Intersect : KvPlan::Hull,
+                     plan(ir::operand(e, 0), polarity), plan(ir::operand(e, 1), polarity));
+    }
+    case ir::ExprKind::Not:
+      return plan(ir::operand(e, 0), !polarity);
+    case ir::ExprKind::Select: {
+      const ir::Expr& cond = ir::operand(e, 0);
+      KvPlan then_plan = plan(ir::operand(e, 1), polarity);
+      KvPlan else_plan = plan(ir::operand(e, 2), polarity);
+      if (reads_kv(cond)) {
+        return combine(KvPlan::Hull, std::move(then_plan), std::move(else_plan));
+      }
+      return combine(KvPlan::Hull,
+                     combine(KvPlan::Intersect, plan(cond, true), std::move(then_plan)),
+                     combine(KvPlan::Intersect, plan(cond, false), std::move(else_plan)));
+    }
+    default:
+      break;
+  }
+  if (!is_comparison(e.kind()) || ir::operand(e, 0).type() != ir::Type::Int) {
+    return leaf(KvPlan::All);
+  }
+  const ir::Expr& a = ir::operand(e, 0);
+  const ir::Expr& b = ir::operand(e, 1);
+  const bool in_a = reads_kv(a);
+  if (in_a == reads_kv(b)) return leaf(KvPlan::All);
+  KvPlan atom = leaf(KvPlan::Atom);
+  bool solvable = false;
+  atom.op = compare_op(e.kind(), in_a, polarity, &solvable);
+  if (!solvable || !invert_chain(in_a ? a : b, atom.steps)) return leaf(KvPlan::All);
+  atom.condition = e;
+  atom.polarity = polarity;
+  atom.other = in_a ? b : a;
+  return atom;
+}
+
+fj::Interval ints(const ir::Expr& e, const TileBox& box) {
+  return evaluate_interval(e, box).ints;
+}
+
+// One inverse step on the host, as the emitted code does it on the device.
+fj::kvr::Bound invert(const KvStep& step, fj::kvr::Bound s, const TileBox& box) {
+  switch (step.kind) {
+    case KvStep::Add:
+      return fj::kvr::addend(s, ints(step.other, box));
+    case KvStep::Minuend:
+      return fj::kvr::minuend(s, ints(step.other, box));
+    case KvStep::Subtrahend:
+      return fj::kvr::subtrahend(s, ints(step.other, box));
+    case KvStep::Neg:
+      return fj::kvr::negated(s);
+    case KvStep::Mul:
+      return fj::kvr::factor(s, ints(step.other, box));
+    case KvStep::Div:
+      return fj::kvr::dividend(s, ints(step.other, box));
+    case KvStep::Abs:
+      return fj::kvr::abs_argument(s);
+    case KvStep::Min:
+      return fj::kvr::min_argument(s, ints(step.other, box));
+    case KvStep::Max:
+      return fj::kvr::max_argument(s, ints(step.other, box));
+  }
+  return fj::kvr::all();
+}
+
+fj::kvr::Bound evaluate_plan(const KvPlan& plan, const TileBox& box) {
+  switch (plan.kind) {
+    case KvPlan::All:
+      return fj::kvr::all();
+    case KvPlan::None:
+      return fj::kvr::none();
+    case KvPlan::Intersect:
+    case KvPlan::Hull: {
+      fj::kvr::Bound result = evaluate_plan(plan.children[0], box);
+      for (size_t i = 1; i < plan.children.size(); ++i) {
+        const fj::kvr::Bound child = evaluate_plan(plan.children[i], box);
+        result = plan.kind == KvPlan::Intersect ? fj::kvr::intersect(result, child)
+                                                : fj::kvr::hull(result, child);
+      }
+      return result;
+    }
+    case KvPlan::Guard:
+      return fj::kvr::guard(ints(plan.condition, box), plan.polarity);
+    case KvPlan::Atom: {
+      fj::kvr::Bound s = fj::kvr::compared_with(plan.op, ints(plan.other, box));
+      for (const KvStep& step : plan.steps)
+        s = invert(step, s, box);
+      const auto atom = [&](fj::Interval kv) {
+        const TileBox keys{box.tile, box.q, kv, box.params};
+        return ints(plan.condition, keys);
+      };
+      return fj::kvr::verified(s, atom, plan.polarity);
+    }
+  }
+  return fj::kvr::all();
+}
+
+}  // namespace
+
+KvPlan plan_kv_range(const ir::Expr& mask) {
+  return plan(mask, true);
+}
+
+KvRange kv_range(const Variant& variant, int32_t b, int32_t h, int32_t q0, int32_t q1,
+                 const fj::MaskParams* params) {
+  if (q0 >= q1) return {};
+  const Tile tile{b, h, q0, q1, 0, 1};
+  // kv is unused by the plan's own evaluations (atoms bind it themselves).
+  const TileBox box{tile, fj::Interval::range(q0, int64_t{q1} - 1), fj::Interval::point(0),
+                    params_or_zero(params)};
+  const fj::KvRange range = fj::kvr::to_range(evaluate_plan(plan_kv_range(mask_of(variant)), box));
+  return {range.lo, range.hi};
+}
+
+}  // namespace flexjit
