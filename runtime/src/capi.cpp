@@ -2,6 +2,7 @@
 // hand-over to the compiler and the kernel cache. No exception leaves this file.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
@@ -16,6 +17,7 @@
 #include "flexjit/dsl/frontend.h"
 #include "handles.h"
 #include "kernel_args.cuh"
+#include "summaries.h"
 
 namespace flexjit {
 
@@ -115,6 +117,27 @@ std::optional<Failure> check_args_struct(const char* name, const Args* args) {
   return std::nullopt;
 }
 
+// An argument struct that grew: a caller built against an older header passes a shorter one
+// (at least `oldest` bytes, the first version's size), whose missing fields read as zero.
+template <class Args>
+std::optional<Failure> read_args_struct(const char* name, const Args* args, size_t oldest,
+                                        Args& out) {
+  if (args == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is null", name));
+  if (args->struct_size < oldest) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("{}->struct_size is {}, expected at least {}", name, args->struct_size,
+                            oldest));
+  }
+  out = Args{};
+  std::memcpy(&out, args, std::min<size_t>(args->struct_size, sizeof(Args)));
+  return std::nullopt;
+}
+
+// The sizes of fj_paged_attention_args and fj_varlen_attention_args before the workspace
+// fields (FJ_VERSION 0.2).
+constexpr size_t kPagedArgsOldestSize = offsetof(fj_paged_attention_args, workspace);
+constexpr size_t kVarlenArgsOldestSize = offsetof(fj_varlen_attention_args, workspace);
+
 // Rows are moved in 16-byte pieces.
 std::optional<Failure> require_aligned_16(std::initializer_list<NamedPointer> pointers) {
   for (const NamedPointer& p : pointers) {
@@ -158,6 +181,53 @@ std::optional<Failure> check_heads(int32_t num_heads, int32_t num_kv_heads) {
   return std::nullopt;
 }
 
+// The array descriptors must match the program's declarations in number (or be absent when
+// the kernel's variant reads no array).
+std::optional<Failure> check_array_count(const fj_kernel& kernel, const fj_array* arrays,
+                                         int32_t num_arrays) {
+  const std::vector<RuntimeParam>& declared = kernel.entry->arrays;
+  const std::vector<bool>& reads = kernel.entry->reads_array;
+  const bool reads_any = std::find(reads.begin(), reads.end(), true) != reads.end();
+  if (num_arrays == 0 && !reads_any) return std::nullopt;
+  if (num_arrays != static_cast<int32_t>(declared.size())) {
+    return fail(
+        FJ_ERROR_INVALID_ARGUMENT,
+        fmt::format("num_arrays is {} but the program declares {} array parameters{}", num_arrays,
+                    declared.size(), reads_any ? " (and the kernel reads some)" : " (or pass 0)"));
+  }
+  if (arrays == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "arrays is null");
+  return std::nullopt;
+}
+
+Failure bad_array(int slot, const RuntimeParam& param, std::string what) {
+  return fail(FJ_ERROR_INVALID_ARGUMENT,
+              fmt::format("arrays[{}] (`{}`): {}", slot, param.name, std::move(what)));
+}
+
+// The shape of a read array: what sizing its summary needs.
+std::optional<Failure> check_array_shape(int slot, const fj_array& a, const RuntimeParam& param) {
+  if (a.rows < 0 || a.cols < 0) {
+    return bad_array(slot, param, fmt::format("negative shape {}x{}", a.rows, a.cols));
+  }
+  if (param.dims.size() == 1 && a.cols > 1) {
+    return bad_array(slot, param, fmt::format("a 1-D array has cols 1 (or 0), got {}", a.cols));
+  }
+  return std::nullopt;
+}
+
+// What the kernel sees of a descriptor: an empty array has no data and no shape.
+fj::ArrayParam array_param(const fj_array& a, int slot, int32_t* bad_index) {
+  const bool empty = a.rows == 0 || a.cols == 0;
+  fj::ArrayParam param;
+  param.data = empty ? nullptr : a.data;
+  param.rows = empty ? 0 : a.rows;
+  param.cols = empty ? 0 : a.cols;
+  param.row_stride = a.row_stride;
+  param.slot = slot;
+  param.bad_index = bad_index;
+  return param;
+}
+
 // What every attention launch shares: runtime parameters, the softmax scale, the LSE stride.
 // Checks the array parameters' descriptors against what the program declares: a dimension
 // named `b` must cover every request and one named `h` every query head, so that a correct
@@ -170,53 +240,38 @@ std::optional<Failure> prepare_arrays(const fj_kernel& kernel, const fj_array* a
   }
   // Arrays the variant does not read stay empty: it never reads them.
   for (int i = 0; i < kMaxArrayParams; ++i) {
-    params.array[i] = fj::ArrayParam{nullptr, 0, 0, 0, i, bad_index};
+    params.array[i] = fj::ArrayParam{};
+    params.array[i].slot = i;
+    params.array[i].bad_index = bad_index;
   }
+  if (auto f = check_array_count(kernel, arrays, num_arrays)) return f;
   const std::vector<RuntimeParam>& declared = kernel.entry->arrays;
   const std::vector<bool>& reads = kernel.entry->reads_array;
-  const bool reads_any = std::find(reads.begin(), reads.end(), true) != reads.end();
-  if (num_arrays == 0 && !reads_any) return std::nullopt;
-  if (num_arrays != static_cast<int32_t>(declared.size())) {
-    return fail(
-        FJ_ERROR_INVALID_ARGUMENT,
-        fmt::format("num_arrays is {} but the program declares {} array parameters{}", num_arrays,
-                    declared.size(), reads_any ? " (and the kernel reads some)" : " (or pass 0)"));
-  }
-  if (arrays == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "arrays is null");
   for (int i = 0; i < num_arrays; ++i) {
     const fj_array& a = arrays[i];
     const RuntimeParam& param = declared[i];
     if (!reads[i]) continue;  // not read: left empty in the parameter block
-    const auto bad = [&](std::string what) {
-      return fail(FJ_ERROR_INVALID_ARGUMENT,
-                  fmt::format("arrays[{}] (`{}`): {}", i, param.name, what));
-    };
-    if (a.rows < 0 || a.cols < 0) return bad(fmt::format("negative shape {}x{}", a.rows, a.cols));
-    if (param.dims.size() == 1 && a.cols > 1) {
-      return bad(fmt::format("a 1-D array has cols 1 (or 0), got {}", a.cols));
-    }
+    if (auto f = check_array_shape(i, a, param)) return f;
     if (a.row_stride < a.cols) {
-      return bad(fmt::format("row_stride ({}) is smaller than cols ({})", a.row_stride, a.cols));
+      return bad_array(
+          i, param, fmt::format("row_stride ({}) is smaller than cols ({})", a.row_stride, a.cols));
     }
     const bool empty = a.rows == 0 || a.cols == 0;
-    if (!empty && a.data == nullptr) return bad("data is null");
-    if (reinterpret_cast<std::uintptr_t>(a.data) % 4 != 0) return bad("data is not 4-byte aligned");
+    if (!empty && a.data == nullptr) return bad_array(i, param, "data is null");
+    if (reinterpret_cast<std::uintptr_t>(a.data) % 4 != 0) {
+      return bad_array(i, param, "data is not 4-byte aligned");
+    }
     const int32_t extents[2] = {a.rows, a.cols};
     for (size_t d = 0; d < param.dims.size(); ++d) {
       const int32_t need = param.dims[d] == "b" ? num_reqs : param.dims[d] == "h" ? num_heads : 0;
       if (extents[d] < need) {
-        return bad(
-            fmt::format("dimension {} (`{}`) has {} entries, fewer than the {} the call "
-                        "needs",
-                        d, param.dims[d], extents[d], need));
+        return bad_array(i, param,
+                         fmt::format("dimension {} (`{}`) has {} entries, fewer than the {} the "
+                                     "call needs",
+                                     d, param.dims[d], extents[d], need));
       }
     }
-    params.array[i] = fj::ArrayParam{empty ? nullptr : a.data,
-                                     empty ? 0 : a.rows,
-                                     empty ? 0 : a.cols,
-                                     a.row_stride,
-                                     i,
-                                     bad_index};
+    params.array[i] = array_param(a, i, bad_index);
   }
   return std::nullopt;
 }
@@ -418,24 +473,6 @@ std::optional<Failure> launch(const CompiledKernel& kernel, unsigned grid_x, uns
   return std::nullopt;
 }
 
-// Launches the attention kernel over `num_sequences` sequences of at most `max_query_len`
-// query rows each.
-std::optional<Failure> launch_attention(const fj_kernel& kernel, fj::PagedPrefillArgs& device,
-                                        int32_t max_query_len, int32_t num_sequences,
-                                        void* stream) {
-  const int64_t group = device.num_heads / device.num_kv_heads;
-  const int64_t packed_rows = int64_t{max_query_len} * group;
-  const int64_t q_tiles = (packed_rows + fj::kPrefillBlockM - 1) / fj::kPrefillBlockM;
-  if (q_tiles > 0x7fffffff) {
-    return fail(FJ_ERROR_UNSUPPORTED, "the longest query times the GQA group is too large");
-  }
-  if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
-  return launch(*kernel.compiled, static_cast<unsigned>(q_tiles),
-                static_cast<unsigned>(num_sequences), static_cast<unsigned>(device.num_kv_heads),
-                fj::kPrefillThreads, fj::paged_prefill_smem_bytes(kernel.config.head_dim), stream,
-                &device);
-}
-
 // The architecture to compile for when the caller names none: the current device's.
 Result<std::string> current_device_arch() {
   auto api = cuda::driver_api();
@@ -462,13 +499,20 @@ bool valid_arch(std::string_view arch) {
   return true;
 }
 
-// A mask-independent kernel (KV-cache write, merge_states) for the current device, compiled
-// on first use and cached in the context.
-Result<CompiledKernelPtr> device_kernel(fj_context& context,
-                                        KernelSpec (*make_spec)(const std::string& arch)) {
+Failure compile_failure(const Error& error);
+
+// A mask-independent kernel (KV-cache write, merge_states, array summaries) for the current
+// device, compiled on first use and cached in the context: FJ_ERROR_CUDA without a device,
+// FJ_ERROR_COMPILE when NVRTC fails.
+std::optional<Failure> device_kernel(fj_context& context,
+                                     KernelSpec (*make_spec)(const std::string& arch),
+                                     CompiledKernelPtr& kernel) {
   auto arch = current_device_arch();
-  if (!arch) return arch.error();
-  return context.cache.get(make_spec(*arch));
+  if (!arch) return fail(FJ_ERROR_CUDA, arch.error().message);
+  auto compiled = context.cache.get(make_spec(*arch));
+  if (!compiled) return compile_failure(compiled.error());
+  kernel = *compiled;
+  return std::nullopt;
 }
 
 // Define names and values must be present and printable: they become part of a request key
@@ -503,6 +547,80 @@ std::optional<Failure> check_defines(const fj_kernel_desc& desc) {
 Failure compile_failure(const Error& error) {
   return fail(FJ_ERROR_COMPILE,
               error.log.empty() ? error.message : fmt::format("{}\n{}", error.message, error.log));
+}
+
+// A caller's workspace must hold what the launch needs; a null one with a nonzero size is a
+// mistake (a failed allocation?) rather than a request for the kernel's own buffer.
+std::optional<Failure> check_workspace(const SummaryLayout& layout, const void* workspace,
+                                       uint64_t workspace_bytes) {
+  if (workspace == nullptr) {
+    if (workspace_bytes == 0) return std::nullopt;
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("workspace is null but workspace_bytes is {}", workspace_bytes));
+  }
+  if (reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlignment != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("workspace is not {}-byte aligned", kWorkspaceAlignment));
+  }
+  if (workspace_bytes < layout.bytes) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("workspace_bytes ({}) is smaller than the {} bytes this launch needs "
+                            "(see fj_attention_workspace_size)",
+                            workspace_bytes, layout.bytes));
+  }
+  return std::nullopt;
+}
+
+// Enqueues the summaries of `layout` into `workspace` (the kernel's own buffer when null) and
+// points the parameter block's arrays at them.
+std::optional<Failure> enqueue_summaries(fj_kernel& kernel, const SummaryLayout& layout,
+                                         void* workspace, fj::MaskParams& params, void* stream) {
+  CompiledKernelPtr summary_kernel;
+  if (auto f = device_kernel(*kernel.context, array_summary_spec, summary_kernel)) return f;
+  char* base = static_cast<char*>(workspace);
+  if (base == nullptr) {
+    auto owned = kernel.workspace.get(layout.bytes);
+    if (!owned) return fail(FJ_ERROR_CUDA, owned.error().message);
+    base = reinterpret_cast<char*>(static_cast<std::uintptr_t>(*owned));
+  }
+  for (const SummaryEntry& entry : layout.entries) {
+    fj::ArrayParam& array = params.array[entry.slot];
+    array.summary_axis = entry.axis;
+    int32_t* summary = reinterpret_cast<int32_t*>(base + entry.offset);
+    if (auto enqueued =
+            enqueue_array_summary(*summary_kernel, array, entry.is_float, summary, stream);
+        !enqueued) {
+      return fail(FJ_ERROR_CUDA, enqueued.error().message);
+    }
+    array.summary = summary;
+  }
+  return std::nullopt;
+}
+
+// Launches the attention kernel over `num_sequences` sequences of at most `max_query_len`
+// query rows each, after the summaries of the arrays it reads (in `workspace`, or the kernel's
+// own buffer when null).
+std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs& device,
+                                        void* workspace, uint64_t workspace_bytes,
+                                        int32_t max_query_len, int32_t num_sequences,
+                                        void* stream) {
+  const int64_t group = device.num_heads / device.num_kv_heads;
+  const int64_t packed_rows = int64_t{max_query_len} * group;
+  const int64_t q_tiles = (packed_rows + fj::kPrefillBlockM - 1) / fj::kPrefillBlockM;
+  if (q_tiles > 0x7fffffff) {
+    return fail(FJ_ERROR_UNSUPPORTED, "the longest query times the GQA group is too large");
+  }
+  auto layout = summary_layout(*kernel.entry, device.params.array);
+  if (!layout) return fail(FJ_ERROR_UNSUPPORTED, layout.error().message);
+  if (auto f = check_workspace(*layout, workspace, workspace_bytes)) return f;
+  if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
+  if (!layout->entries.empty()) {
+    if (auto f = enqueue_summaries(kernel, *layout, workspace, device.params, stream)) return f;
+  }
+  return launch(*kernel.compiled, static_cast<unsigned>(q_tiles),
+                static_cast<unsigned>(num_sequences), static_cast<unsigned>(device.num_kv_heads),
+                fj::kPrefillThreads, fj::paged_prefill_smem_bytes(kernel.config.head_dim), stream,
+                &device);
 }
 
 }  // namespace
@@ -757,15 +875,39 @@ FJ_API fj_status fj_kernel_name(const fj_kernel* kernel, const char** name) {
   return FJ_SUCCESS;
 }
 
+FJ_API fj_status fj_attention_workspace_size(const fj_kernel* kernel, const fj_array* arrays,
+                                             int32_t num_arrays, uint64_t* bytes) {
+  const fj_context* context = kernel != nullptr ? kernel->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (kernel == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "kernel is null");
+    if (bytes == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "bytes is null");
+    if (auto f = flexjit::check_array_count(*kernel, arrays, num_arrays)) return f;
+    fj::ArrayParam shapes[fj::kMaxArrayParams] = {};
+    for (int i = 0; i < num_arrays; ++i) {
+      if (!kernel->entry->reads_array[i]) continue;
+      if (auto f = flexjit::check_array_shape(i, arrays[i], kernel->entry->arrays[i])) return f;
+      shapes[i] = flexjit::array_param(arrays[i], i, nullptr);
+    }
+    auto layout = flexjit::summary_layout(*kernel->entry, shapes);
+    if (!layout) return fail(FJ_ERROR_UNSUPPORTED, layout.error().message);
+    *bytes = layout->bytes;
+    return std::nullopt;
+  });
+}
+
 FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_args* args,
                                     void* stream) {
   const fj_context* context = kernel != nullptr ? kernel->context : nullptr;
   return guarded(context, [&]() -> std::optional<Failure> {
     if (kernel == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "kernel is null");
-    if (auto f = flexjit::check_args_struct("args", args)) return f;
+    fj_paged_attention_args a;
+    if (auto f = flexjit::read_args_struct("args", args, flexjit::kPagedArgsOldestSize, a)) {
+      return f;
+    }
     fj::PagedPrefillArgs device;
-    if (auto failure = flexjit::prepare_paged_args(*kernel, *args, device)) return failure;
-    return flexjit::launch_attention(*kernel, device, args->max_query_len, args->num_reqs, stream);
+    if (auto failure = flexjit::prepare_paged_args(*kernel, a, device)) return failure;
+    return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes,
+                                     a.max_query_len, a.num_reqs, stream);
   });
 }
 
@@ -774,10 +916,14 @@ FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attentio
   const fj_context* context = kernel != nullptr ? kernel->context : nullptr;
   return guarded(context, [&]() -> std::optional<Failure> {
     if (kernel == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "kernel is null");
-    if (auto f = flexjit::check_args_struct("args", args)) return f;
+    fj_varlen_attention_args a;
+    if (auto f = flexjit::read_args_struct("args", args, flexjit::kVarlenArgsOldestSize, a)) {
+      return f;
+    }
     fj::PagedPrefillArgs device;
-    if (auto failure = flexjit::prepare_varlen_args(*kernel, *args, device)) return failure;
-    return flexjit::launch_attention(*kernel, device, args->max_seq_len, args->num_seqs, stream);
+    if (auto failure = flexjit::prepare_varlen_args(*kernel, a, device)) return failure;
+    return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes, a.max_seq_len,
+                                     a.num_seqs, stream);
   });
 }
 
@@ -826,8 +972,8 @@ FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_
     const int64_t blocks = (chunks + fj::kKvCacheWriteThreads - 1) / fj::kKvCacheWriteThreads;
     if (blocks > 0x7fffffff) return fail(FJ_ERROR_UNSUPPORTED, "too many tokens for one launch");
     if (blocks == 0) return std::nullopt;
-    auto kernel = flexjit::device_kernel(*context, flexjit::kv_cache_write_spec);
-    if (!kernel) return flexjit::compile_failure(kernel.error());
+    flexjit::CompiledKernelPtr kernel;
+    if (auto f = flexjit::device_kernel(*context, flexjit::kv_cache_write_spec, kernel)) return f;
 
     fj::KvCacheWriteArgs device{};
     device.key = a.key;
@@ -850,7 +996,7 @@ FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_
     device.num_kv_heads = a.num_kv_heads;
     device.head_dim = a.head_dim;
     device.page_size = a.page_size;
-    return flexjit::launch(**kernel, static_cast<unsigned>(blocks), 1, 1, fj::kKvCacheWriteThreads,
+    return flexjit::launch(*kernel, static_cast<unsigned>(blocks), 1, 1, fj::kKvCacheWriteThreads,
                            0, stream, &device);
   });
 }
@@ -904,12 +1050,15 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
     const int64_t blocks = (chunks + fj::kMergeStatesThreads - 1) / fj::kMergeStatesThreads;
     if (blocks > 0x7fffffff) return fail(FJ_ERROR_UNSUPPORTED, "too many rows for one launch");
     if (blocks == 0) return std::nullopt;
-    auto kernel = flexjit::device_kernel(
-        *context,
-        a.dtype == FJ_DTYPE_BF16
-            ? +[](const std::string& arch) { return flexjit::merge_states_spec(true, arch); }
-            : +[](const std::string& arch) { return flexjit::merge_states_spec(false, arch); });
-    if (!kernel) return flexjit::compile_failure(kernel.error());
+    flexjit::CompiledKernelPtr kernel;
+    if (auto f = flexjit::device_kernel(
+            *context,
+            a.dtype == FJ_DTYPE_BF16
+                ? +[](const std::string& arch) { return flexjit::merge_states_spec(true, arch); }
+                : +[](const std::string& arch) { return flexjit::merge_states_spec(false, arch); },
+            kernel)) {
+      return f;
+    }
 
     fj::MergeStatesArgs device{};
     device.out_a = a.out_a;
@@ -930,8 +1079,8 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
     device.num_tokens = a.num_tokens;
     device.num_heads = a.num_heads;
     device.head_dim = a.head_dim;
-    return flexjit::launch(**kernel, static_cast<unsigned>(blocks), 1, 1, fj::kMergeStatesThreads,
-                           0, stream, &device);
+    return flexjit::launch(*kernel, static_cast<unsigned>(blocks), 1, 1, fj::kMergeStatesThreads, 0,
+                           stream, &device);
   });
 }
 

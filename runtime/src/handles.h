@@ -14,6 +14,7 @@
 #include "flexjit/flexjit.h"
 #include "kernel_cache.h"
 #include "kernel_source.h"
+#include "summaries.h"
 
 struct fj_context {
   // Backed by the disk cache and dump directory the environment names (environment.h).
@@ -60,6 +61,8 @@ struct fj_kernel {
   flexjit::PrefillKernelConfig config;
   int num_params = 0;
   std::shared_ptr<const flexjit::ProgramKernel> entry;  // arrays and reads_array for launches
+  // Summaries of launches that pass no workspace (per CUDA context; freed with the kernel).
+  flexjit::WorkspacePool workspace;
 };
 
 namespace flexjit {

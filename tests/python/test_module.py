@@ -12,7 +12,7 @@ import unittest
 from support import REPO, CudaArray, FakeTensor
 
 import flexjit
-from flexjit import ParamType, Status
+from flexjit import ParamType, Status, _capi
 
 MASKS = str(REPO / "dsl" / "lib" / "standard.mask")
 
@@ -283,6 +283,44 @@ class ModuleTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "prefix_len: on cuda:1, q on cuda:0"):
             rswa.prepare(**tensors, max_query_len=4,
                          arrays={"prefix_len": FakeTensor((2,), "torch.int32", device=1)})
+
+    def test_workspace(self):
+        # Since 0.3 the launch structs end with a workspace; the module passes none (null: the
+        # kernel's own buffer), and a caller's is checked against fj_attention_workspace_size.
+        kernel = self.ctx.kernel(self.program, "document", head_dim=64, dtype="fp16",
+                                 page_size=16, arch="sm_90a")
+        doc = CudaArray((2, 96), "<i4", strides=(128, 1), ptr=0x7F0000700000)
+        launch = kernel.prepare(**paged_arrays(), max_query_len=4, arrays={"doc": doc})
+        self.assertEqual((launch.args.workspace, launch.args.workspace_bytes), (None, 0))
+        size = ctypes.c_uint64(1)
+        status = _capi.library().fj_attention_workspace_size(
+            kernel.handle, launch.args.arrays, launch.args.num_arrays, ctypes.byref(size))
+        self.assertEqual(status, Status.SUCCESS)
+        # doc is summarised along kv: 2 lines of 6 + 1 (min, max) pairs, 112 bytes, rounded up
+        # to 256.
+        self.assertEqual(size.value, 256)
+        launch.args.workspace = 0x7F0000900000
+        launch.args.workspace_bytes = 255
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.INVALID_ARGUMENT)
+        self.assertIn("workspace_bytes (255) is smaller than the 256 bytes",
+                      caught.exception.message)
+        launch.args.workspace_bytes = 256
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
+        # A 0.2 struct ends before the workspace: what lies past it is not read.
+        launch.args.struct_size = _capi.PagedAttentionArgs.workspace.offset
+        launch.args.workspace_bytes = 255
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
+        launch.args.struct_size -= 8
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            launch.launch()
+        self.assertEqual(caught.exception.status, Status.INVALID_ARGUMENT)
+        self.assertIn("struct_size", caught.exception.message)
 
     def test_float_params_reach_the_struct(self):
         program = self.ctx.program(TYPED, name="typed.mask")

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -193,7 +194,8 @@ TEST_CASE("every standard kernel compiles with NVRTC for sm_80 and sm_90a") {
         for (int head_dim : {64, 80, 96, 128, 256}) {
           if (name != "causal" && head_dim != 64 && head_dim != 128) continue;
           for (int page_size : {16, 0}) {
-            Job job{make_desc(mask, arch)};
+            Job job;
+            job.desc = make_desc(mask, arch);
             job.desc.dtype = dtype;
             job.desc.head_dim = head_dim;
             job.desc.page_size = page_size;
@@ -341,6 +343,101 @@ TEST_CASE("array parameters are checked against what the kernel reads") {
   if (!flexjit::cuda::driver_api()) {
     CHECK(fj_paged_attention(kernel, &args, nullptr) == FJ_ERROR_CUDA);
   }
+  fj_kernel_destroy(kernel);
+  fj_program_destroy(program);
+}
+
+TEST_CASE("a launch's workspace is checked, and structs from 0.2 are still accepted") {
+  Context c;
+  fj_program* program = load_standard(c);
+  fj_kernel_desc desc = make_desc("document", "sm_90a");
+  fj_kernel* kernel = nullptr;
+  REQUIRE(fj_kernel_create(c.context, program, &desc, &kernel) == FJ_SUCCESS);
+
+  alignas(256) static char memory[4096];
+  int32_t window = 8;
+  fj_paged_attention_args args = valid_args(memory, &window);
+  // Slot 2 is doc: int[b, kv], summarised along kv: 1 line of 20 positions, 2 + 1 pairs.
+  fj_array arrays[4] = {};
+  arrays[2] = {memory, 1, 20, 24};
+  args.arrays = arrays;
+  args.num_arrays = 4;
+  uint64_t needed = 0;
+  REQUIRE(fj_attention_workspace_size(kernel, arrays, 4, &needed) == FJ_SUCCESS);
+  CHECK(needed == 256);
+  args.workspace = memory;
+  args.workspace_bytes = needed;
+
+  fj_paged_attention_args bad = args;
+  bad.workspace_bytes = needed - 1;
+  expect_rejected(c, kernel, bad,
+                  "workspace_bytes (255) is smaller than the 256 bytes this launch needs");
+  bad = args;
+  bad.workspace = memory + 8;
+  expect_rejected(c, kernel, bad, "workspace is not 16-byte aligned");
+  bad = args;
+  bad.workspace = nullptr;
+  expect_rejected(c, kernel, bad, "workspace is null but workspace_bytes is 256");
+  // 0.2's struct ends before the workspace fields; anything shorter is refused.
+  bad = args;
+  bad.struct_size = offsetof(fj_paged_attention_args, workspace) - 8;
+  expect_rejected(c, kernel, bad, "struct_size");
+  // A 0.2 struct's missing fields read as zero: the garbage past its end is not a workspace.
+  bad = args;
+  bad.struct_size = offsetof(fj_paged_attention_args, workspace);
+  bad.workspace = memory + 8;
+  bad.workspace_bytes = 1;
+  if (!flexjit::cuda::driver_api()) {
+    CHECK(fj_paged_attention(kernel, &bad, nullptr) == FJ_ERROR_CUDA);
+    CHECK(c.error().find("libcuda") != std::string::npos);
+    CHECK(fj_paged_attention(kernel, &args, nullptr) == FJ_ERROR_CUDA);
+  }
+
+  // The encoder call reads the same fields.
+  fj_kernel_desc encoder_desc = make_desc("document", "sm_90a");
+  encoder_desc.page_size = 0;
+  fj_kernel* encoder = nullptr;
+  REQUIRE(fj_kernel_create(c.context, program, &encoder_desc, &encoder) == FJ_SUCCESS);
+  fj_varlen_attention_args varlen{};
+  varlen.struct_size = sizeof(varlen);
+  varlen.q = varlen.k = varlen.v = memory;
+  varlen.out = memory;
+  varlen.cu_seqlens = reinterpret_cast<int32_t*>(memory);
+  varlen.num_tokens = 4;
+  varlen.num_seqs = 1;
+  varlen.num_heads = 8;
+  varlen.num_kv_heads = 2;
+  varlen.max_seq_len = 4;
+  varlen.q_stride_token = varlen.out_stride_token = 8 * 128;
+  varlen.k_stride_token = varlen.v_stride_token = 2 * 128;
+  varlen.q_stride_head = varlen.k_stride_head = varlen.v_stride_head = varlen.out_stride_head = 128;
+  varlen.params = &window;
+  varlen.num_params = 1;
+  varlen.arrays = arrays;
+  varlen.num_arrays = 4;
+  varlen.workspace = memory;
+  varlen.workspace_bytes = 100;
+  CHECK(fj_varlen_attention(encoder, &varlen, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error().find("workspace_bytes (100) is smaller than the 256 bytes") != std::string::npos);
+  varlen.struct_size = offsetof(fj_varlen_attention_args, workspace) - 1;
+  CHECK(fj_varlen_attention(encoder, &varlen, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error().find("struct_size") != std::string::npos);
+  varlen.struct_size = offsetof(fj_varlen_attention_args, workspace);
+  if (!flexjit::cuda::driver_api()) {
+    CHECK(fj_varlen_attention(encoder, &varlen, nullptr) == FJ_ERROR_CUDA);
+  }
+  fj_kernel_destroy(encoder);
+
+  // A mask that reads no array needs no workspace: 0 bytes will do.
+  fj_kernel* causal = nullptr;
+  desc = make_desc("causal", "sm_90a");
+  REQUIRE(fj_kernel_create(c.context, program, &desc, &causal) == FJ_SUCCESS);
+  bad = args;
+  bad.workspace_bytes = 0;
+  if (!flexjit::cuda::driver_api()) {
+    CHECK(fj_paged_attention(causal, &bad, nullptr) == FJ_ERROR_CUDA);
+  }
+  fj_kernel_destroy(causal);
   fj_kernel_destroy(kernel);
   fj_program_destroy(program);
 }

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define FJ_VERSION_MAJOR 0
-#define FJ_VERSION_MINOR 2
+#define FJ_VERSION_MINOR 3
 #define FJ_VERSION_PATCH 0
 /* Version as one integer: major * 10000 + minor * 100 + patch. */
 #define FJ_VERSION (FJ_VERSION_MAJOR * 10000 + FJ_VERSION_MINOR * 100 + FJ_VERSION_PATCH)
@@ -150,6 +150,8 @@ typedef struct fj_kernel_desc {
 FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program,
                                   const fj_kernel_desc* desc, fj_kernel** out);
 
+/* Destroys a kernel (null is accepted), freeing the workspace it allocated for launches that
+ * passed none: those launches must have completed. */
 FJ_API fj_status fj_kernel_destroy(fj_kernel* kernel);
 
 /* Readable kernel name, e.g. "prefill_sliding_hd128_bf16_page16_sm90a"; valid while the
@@ -221,11 +223,34 @@ typedef struct fj_paged_attention_args {
    * first array read outside its array (which yields 0) sets [0] to 1 and [1..3] to the array
    * slot, row and column (a 1-D array's column is 0). Costs nothing on in-range reads. */
   int32_t* bad_index;
+
+  /* Since 0.3 (a shorter struct_size reads them as null and 0). Device memory for what the
+   * launch computes ahead of the attention kernel: the min/max summaries of the arrays it reads
+   * along a `q` or `kv` dimension (`doc: int[b, kv]`), which let the kernel skip or take whole
+   * tiles without reading every element. 16-byte aligned, at least
+   * fj_attention_workspace_size() bytes; owned by the caller, it must stay allocated until the
+   * launch completes and must not be in use by another launch in flight. Its contents need no
+   * initialisation and are overwritten.
+   * Null (with workspace_bytes 0): the kernel uses a buffer of its own, one per CUDA context,
+   * allocated on the first launch that needs it (and reallocated, larger, on a launch that
+   * needs more) and freed by fj_kernel_destroy. Such launches are not CUDA-graph capturable
+   * (allocation is not allowed while capturing, and a captured launch would share the buffer
+   * with later ones), and launches of one kernel that share it must be ordered on one stream.
+   * A caller that captures graphs or launches one kernel on several streams at once passes its
+   * own workspace. */
+  void* workspace;
+  uint64_t workspace_bytes; /* size of workspace, in bytes */
 } fj_paged_attention_args;
 
 /* Enqueues the kernel on `stream` (a CUstream; null is the legacy default stream) in the
- * current CUDA context, loading the module there on first use. Errors: FJ_ERROR_INVALID_ARGUMENT
- * (null pointers, shapes, strides, alignment, parameter count), FJ_ERROR_CUDA. */
+ * current CUDA context, loading the module there on first use. Arrays the kernel reads along a
+ * position dimension are first summarised on the same stream (see workspace; the summary kernel
+ * is compiled on first use per context and cached). No host-device synchronisation.
+ * Errors: FJ_ERROR_INVALID_ARGUMENT (null pointers, shapes, strides, alignment, parameter
+ * count, struct_size older than 0.2's, a workspace that is misaligned or smaller than
+ * fj_attention_workspace_size, or null with a nonzero workspace_bytes), FJ_ERROR_UNSUPPORTED
+ * (an array too large to summarise), FJ_ERROR_COMPILE (the summary kernel), FJ_ERROR_CUDA
+ * (no device, a failed launch or workspace allocation). */
 FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_args* args,
                                     void* stream);
 
@@ -263,12 +288,25 @@ typedef struct fj_varlen_attention_args {
   int32_t num_arrays;
   const fj_array* arrays;
   int32_t* bad_index; /* as in fj_paged_attention_args */
+
+  void* workspace; /* since 0.3: as in fj_paged_attention_args */
+  uint64_t workspace_bytes;
 } fj_varlen_attention_args;
 
 /* Enqueues an encoder kernel (page_size 0) on `stream`. Errors as fj_paged_attention, and
  * FJ_ERROR_INVALID_ARGUMENT for a paged kernel. */
 FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attention_args* args,
                                      void* stream);
+
+/* Bytes of workspace an attention launch of `kernel` needs with arrays of these shapes (only
+ * rows and cols of the arrays the kernel reads are looked at; data may be null): 0 when it
+ * summarises none. Grows with rows and cols only, so a workspace sized for the largest arrays
+ * an engine will pass serves every launch. `arrays` and `num_arrays` as in
+ * fj_paged_attention_args; `bytes` receives the size. Touches no device.
+ * Errors: FJ_ERROR_INVALID_ARGUMENT (null kernel or bytes, array count, negative shapes),
+ * FJ_ERROR_UNSUPPORTED (an array too large to summarise). */
+FJ_API fj_status fj_attention_workspace_size(const fj_kernel* kernel, const fj_array* arrays,
+                                             int32_t num_arrays, uint64_t* bytes);
 
 /* Writes new tokens' keys and values into a paged cache: row t goes to slot slot_mapping[t] =
  * block * page_size + offset. A negative slot (vLLM pads with -1) or one at or past

@@ -130,6 +130,8 @@ class PagedAttentionArgs(ctypes.Structure):
         ("num_arrays", ctypes.c_int32),
         ("arrays", ctypes.POINTER(ArrayArg)),
         ("bad_index", ctypes.POINTER(ctypes.c_int32)),
+        ("workspace", ctypes.c_void_p),  # null: the kernel's own buffer
+        ("workspace_bytes", ctypes.c_uint64),
     ]
 
 
@@ -164,6 +166,8 @@ class VarlenAttentionArgs(ctypes.Structure):
         ("num_arrays", ctypes.c_int32),
         ("arrays", ctypes.POINTER(ArrayArg)),
         ("bad_index", ctypes.POINTER(ctypes.c_int32)),
+        ("workspace", ctypes.c_void_p),  # null: the kernel's own buffer
+        ("workspace_bytes", ctypes.c_uint64),
     ]
 
 
@@ -199,6 +203,8 @@ def _declare(lib):
         "fj_kernel_create": (status, [ctx, prog, p(KernelDesc), p(kern)]),
         "fj_kernel_destroy": (status, [kern]),
         "fj_kernel_name": (status, [kern, p(ctypes.c_char_p)]),
+        "fj_attention_workspace_size": (status, [kern, p(ArrayArg), ctypes.c_int32,
+                                                 p(ctypes.c_uint64)]),
         "fj_paged_attention": (status, [kern, p(PagedAttentionArgs), ctypes.c_void_p]),
         "fj_varlen_attention": (status, [kern, p(VarlenAttentionArgs), ctypes.c_void_p]),
     }
