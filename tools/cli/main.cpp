@@ -24,11 +24,13 @@
 #include "disk_cache.h"
 #include "embedded_templates.h"
 #include "environment.h"
+#include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/mask.h"
 #include "flexjit/dsl/frontend.h"
 #include "flexjit/flexjit.h"
 #include "handles.h"
+#include "hints.h"
 #include "kernel_args.cuh"
 #include "kernel_source.h"
 #include "nvrtc_compiler.h"
@@ -751,14 +753,10 @@ int command_cache(const std::string& action, bool json) {
 
 struct HintOptions {
   KernelOptions kernel;
-  int q_len = 1024;
-  int kv_len = 1024;
-  std::string tile = "64x64";
-  std::vector<std::string> settings;
+  flexjit::cli::HintOptions hints;
 };
 
-// The tile map of one request and head: query positions [kv_len - q_len, kv_len) as in a
-// paged call (DESIGN.md §3), keys [0, kv_len).
+// The tile map of one request and head (tools/cli/hints.cpp, docs/hints.md).
 int command_hints(const std::string& path, HintOptions& options) {
   const LoadedFile file = load_file(path);
   if (!file.ok) return 1;
@@ -766,54 +764,14 @@ int command_hints(const std::string& path, HintOptions& options) {
   if (!selection) return report_error(selection.error());
   auto mask = flexjit::lower_variant(file.module, *selection);
   if (!mask) return report_error(mask.error());
-  if (!mask->arrays.empty()) {
-    return report_error({fmt::format("'{}' reads array parameters; hints cannot take arrays yet",
-                                     options.kernel.mask)});
-  }
-  auto params = parameter_values(*mask, options.settings);
-  if (!params) return report_error(params.error());
-  const size_t x = options.tile.find('x');
-  const auto tile_q = parse_int(std::string_view(options.tile).substr(0, x));
-  const auto tile_k = x == std::string::npos
-                          ? std::nullopt
-                          : parse_int(std::string_view(options.tile).substr(x + 1));
-  if (!tile_q || !tile_k || *tile_q <= 0 || *tile_k <= 0) {
-    return report_error({fmt::format("--tile '{}': expected QxK, e.g. 64x64", options.tile)});
-  }
-  if (options.q_len <= 0 || options.kv_len <= 0 || options.q_len > options.kv_len) {
-    return report_error({"need 0 < --q-len <= --kv-len"});
-  }
-  const int rows = (options.q_len + *tile_q - 1) / *tile_q;
-  const int cols = (options.kv_len + *tile_k - 1) / *tile_k;
-  if (int64_t{rows} * cols > 4'000'000) {
-    return report_error({"more than 4M tiles: use larger tiles"});
-  }
-  const int q_offset = options.kv_len - options.q_len;
-  fj::MaskParams block{};
-  std::copy(params->begin(), params->end(), block.scalar);
-  int64_t counts[3] = {0, 0, 0};
-  const bool draw = cols <= 200 && rows <= 200;
-  for (int i = 0; i < rows; ++i) {
-    std::string line;
-    for (int j = 0; j < cols; ++j) {
-      flexjit::Tile tile;
-      tile.q0 = q_offset + i * *tile_q;
-      tile.q1 = q_offset + std::min(options.q_len, (i + 1) * *tile_q);
-      tile.k0 = j * *tile_k;
-      tile.k1 = std::min(options.kv_len, (j + 1) * *tile_k);
-      const auto tile_class = flexjit::classify_tile(*mask, tile, &block);
-      ++counts[static_cast<int>(tile_class)];
-      line += ".#+"[static_cast<int>(tile_class)];
-    }
-    if (draw) fmt::print("{}\n", line);
-  }
-  const int64_t total = counts[0] + counts[1] + counts[2];
-  fmt::print(
-      "{}: {} x {} tiles of {}: {} empty (.), {} full (#), {} partial (+); {:.1f}% "
-      "of tiles computed\n",
-      options.kernel.mask, rows, cols, options.tile, counts[0], counts[1], counts[2],
-      100.0 * (counts[1] + counts[2]) / total);
-  return 0;
+  std::vector<std::string> scalar_settings;
+  auto arrays = flexjit::cli::hint_arrays(*mask, options.hints.settings, options.hints.b,
+                                          options.hints.h, scalar_settings);
+  if (!arrays) return report_error(arrays.error());
+  auto scalars = parameter_values(*mask, scalar_settings);
+  if (!scalars) return report_error(scalars.error());
+  const flexjit::HostParams params(*mask, std::move(*scalars), std::move(*arrays));
+  return flexjit::cli::print_hints(*mask, options.kernel.mask, params, options.hints);
 }
 
 struct RunOptions {
@@ -1003,13 +961,25 @@ int main(int argc, char** argv) {
   cache->add_flag("--json", cache_json, "ls, stats: print JSON");
 
   HintOptions hint_options;
-  CLI::App* hints = app.add_subcommand("hints", "draw the tile classes of a mask");
+  flexjit::cli::HintOptions& hint = hint_options.hints;
+  CLI::App* hints = app.add_subcommand(
+      "hints", "the tile map of a mask: classes, exactness, SVG, JSON, FlexAttention BlockMask");
   hints->add_option("file", path, "mask file")->required();
   add_selection_options(hints, hint_options.kernel, true);
-  hints->add_option("--q-len", hint_options.q_len, "query tokens (the last of the keys)");
-  hints->add_option("--kv-len", hint_options.kv_len, "keys");
-  hints->add_option("--tile", hint_options.tile, "tile shape QxK");
-  hints->add_option("--set", hint_options.settings, "runtime parameter NAME=VALUE");
+  hints->add_option("--q-len", hint.q_len, "query tokens (the last of the keys)")
+      ->capture_default_str();
+  hints->add_option("--kv-len", hint.kv_len, "keys")->capture_default_str();
+  hints->add_option("--tile", hint.tile, "tile shape QxK")->capture_default_str();
+  hints->add_option("--set", hint.settings,
+                    "runtime parameter NAME=VALUE; arrays: V,V*N,... (';' between rows)");
+  hints->add_option("--b", hint.b, "request index the mask sees")->capture_default_str();
+  hints->add_option("--h", hint.h, "query head the mask sees")->capture_default_str();
+  hints->add_flag("--exact", hint.exact,
+                  "check exactness by brute force even above 2048 x 2048 pairs");
+  hints->add_flag("--json", hint.json, "print the map, counts and exactness as JSON");
+  hints->add_option("--svg", hint.svg, "write an SVG picture of the map to PATH");
+  hints->add_option("--blockmask", hint.block_mask,
+                    "write FlexAttention BlockMask tensors (JSON) to PATH");
 
   RunOptions run_options;
   CLI::App* run = app.add_subcommand(
