@@ -1,14 +1,13 @@
 // The IR passes (fold, simplify, CSE, the pipeline): the simplifier's rules one by one, CSE's
 // sharing, and a fuzzer that checks on random well-typed expressions (ints, floats, bools,
-// variables, params, array reads) that every pass keeps the value bit for bit and that the
-// interval evaluation of the expressions is sound.
+// variables, params, array reads, mask shapes; random_ir.h) that every pass keeps the value bit
+// for bit and that the interval evaluation of the expressions is sound.
 #include <catch2/catch.hpp>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -17,42 +16,15 @@
 
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/semantics.h"
+#include "random_ir.h"
 
 namespace flexjit {
 namespace {
 
 using ir::Expr;
 using ir::Type;
+using namespace testing;
 
-constexpr int32_t kMin = std::numeric_limits<int32_t>::min();
-constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-Expr var(ir::Variable variable) {
-  return ir::Var::make(variable);
-}
-Expr q() {
-  return var(ir::Variable::Q);
-}
-Expr kv() {
-  return var(ir::Variable::KV);
-}
-Expr h() {
-  return var(ir::Variable::H);
-}
-Expr score() {
-  return var(ir::Variable::Score);
-}
-Expr num(int32_t value) {
-  return ir::IntImm::make(value);
-}
-Expr real(float value) {
-  return ir::FloatImm::make(value);
-}
-Expr truth(bool value) {
-  return ir::BoolImm::make(value);
-}
 Expr flag(int slot = 3) {
   return ir::Param::make(Type::Bool, slot, slot == 3 ? "c" : "d");
 }
@@ -225,196 +197,22 @@ std::string value_text(Type type, const ir::Value& v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Random well-typed expressions
+// Random well-typed expressions (random_ir.h), over the parameters and arrays of Fixture, with
+// some of the mask shapes among them.
 
-const std::vector<float>& float_constants() {
-  static const std::vector<float> values = {0.0f,  -0.0f, 1.0f,  -1.0f, 0.5f,    2.0f,
-                                            50.0f, 0.1f,  -2.5f, 1e30f, -1e-30f, kInf,
-                                            -kInf, kNaN,  3.0f,  1e-45f};
-  return values;
+RandomExprOptions fuzz_options() {
+  RandomExprOptions options;
+  options.scalars = {{Type::Int, 0, "p"},
+                     {Type::Int, 1, "p"},
+                     {Type::Float, 2, "t"},
+                     {Type::Bool, 3, "c"},
+                     {Type::Bool, 4, "d"}};
+  options.arrays = {{Type::Int, 0, "doc", {"b", "kv"}},
+                    {Type::Float, 1, "slopes", {"h"}},
+                    {Type::Float, 2, "table", {"b", "r"}}};
+  options.mask_shapes = 2;
+  return options;
 }
-
-// Copies a tree node by node: structurally equal to the original, sharing nothing with it.
-class Copier : public ir::IRMutator {
- public:
-  Expr mutate(const Expr& e) override {
-    switch (e.kind()) {
-      case ir::ExprKind::IntImm:
-        return num(e.as<ir::IntImm>()->value);
-      case ir::ExprKind::FloatImm:
-        return real(e.as<ir::FloatImm>()->value);
-      case ir::ExprKind::BoolImm:
-        return truth(e.as<ir::BoolImm>()->value);
-      case ir::ExprKind::Var:
-        return var(e.as<ir::Var>()->variable);
-      case ir::ExprKind::Param:
-        return ir::Param::make(e.type(), e.as<ir::Param>()->slot, e.as<ir::Param>()->name);
-      default:
-        return IRMutator::mutate(e);
-    }
-  }
-};
-
-class RandomExpr {
- public:
-  explicit RandomExpr(uint32_t seed) : rng_(seed) {}
-
-  Expr make(Type type, int depth) {
-    // Reuse an earlier subexpression (the same node or a copy) now and then, so that passes
-    // meet sharing, x - x, min(x, x) and the like.
-    std::vector<Expr>& pool = pools_[static_cast<int>(type)];
-    if (!pool.empty() && pick(8) == 0) {
-      const Expr& old = pool[pick(static_cast<int>(pool.size()))];
-      if (old->tree_size < 200) return pick(2) ? old : Copier().mutate(old);
-    }
-    Expr e = type == Type::Bool  ? boolean(depth)
-             : type == Type::Int ? integer(depth)
-                                 : floating(depth);
-    if (ir::operand_count(e.kind()) > 0) {
-      if (pool.size() < 32) {
-        pool.push_back(e);
-      } else {
-        pool[pick(32)] = e;
-      }
-    }
-    return e;
-  }
-
-  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
-  std::mt19937& rng() { return rng_; }
-
- private:
-  // Two operands of one type; sometimes the same subexpression twice.
-  std::pair<Expr, Expr> pair(Type type, int depth) {
-    Expr a = make(type, depth);
-    if (pick(8) == 0) return {a, pick(2) ? a : Copier().mutate(a)};
-    return {a, make(type, depth)};
-  }
-
-  Expr binary(ir::ExprKind kind, Type type, int depth) {
-    auto [a, b] = pair(type, depth);
-    const Expr operands[] = {a, b};
-    return ir::make_operation(kind, operands);
-  }
-
-  Expr boolean(int depth) {
-    if (depth == 0 || pick(6) == 0) return pick(2) ? truth(pick(2) == 1) : flag(3 + pick(2));
-    static constexpr ir::ExprKind kComparisons[] = {ir::ExprKind::EQ, ir::ExprKind::NE,
-                                                    ir::ExprKind::LT, ir::ExprKind::LE,
-                                                    ir::ExprKind::GT, ir::ExprKind::GE};
-    switch (pick(8)) {
-      case 0:
-      case 1:
-        return binary(kComparisons[pick(6)], Type::Int, depth - 1);
-      case 2:
-        return binary(kComparisons[pick(6)], Type::Float, depth - 1);
-      case 3:
-        return binary(pick(2) ? ir::ExprKind::EQ : ir::ExprKind::NE, Type::Bool, depth - 1);
-      case 4:
-        return ir::Not::make(make(Type::Bool, depth - 1));
-      case 5:
-        return select(Type::Bool, depth);
-      default:
-        return binary(pick(2) ? ir::ExprKind::And : ir::ExprKind::Or, Type::Bool, depth - 1);
-    }
-  }
-
-  Expr select(Type type, int depth) {
-    auto [a, b] = pair(type, depth - 1);
-    return ir::Select::make(make(Type::Bool, depth - 1), a, b);
-  }
-
-  static constexpr ir::ExprKind kArithmetic[] = {
-      ir::ExprKind::Add, ir::ExprKind::Sub, ir::ExprKind::Mul, ir::ExprKind::Div,
-      ir::ExprKind::Mod, ir::ExprKind::Min, ir::ExprKind::Max};
-
-  Expr integer(int depth) {
-    if (depth == 0 || pick(5) == 0) return integer_leaf();
-    switch (pick(14)) {
-      case 0:
-        return ir::Abs::make(make(Type::Int, depth - 1));
-      case 1:
-        return ir::Neg::make(make(Type::Int, depth - 1));
-      case 2:
-        return select(Type::Int, depth);
-      case 3:
-        return ir::ToInt::make(make(pick(3) ? Type::Float : Type::Bool, depth - 1));
-      case 4:  // doc[row, col], indices mostly small
-        return ir::Load::make(Type::Int, 0, "doc", 2, make(Type::Int, depth - 1),
-                              make(Type::Int, depth - 1));
-      case 5:  // an int plus or minus a constant, for the offset rules
-        return ir::make_operation(
-            pick(2) ? ir::ExprKind::Add : ir::ExprKind::Sub,
-            std::vector<Expr>{make(Type::Int, depth - 1), integer_constant()});
-      default:
-        return binary(kArithmetic[pick(7)], Type::Int, depth - 1);
-    }
-  }
-
-  Expr floating(int depth) {
-    if (depth == 0 || pick(5) == 0) return float_leaf();
-    static constexpr ir::ExprKind kFunctions[] = {
-        ir::ExprKind::Tanh,    ir::ExprKind::Exp,   ir::ExprKind::Exp2,
-        ir::ExprKind::Log,     ir::ExprKind::Log2,  ir::ExprKind::Sqrt,
-        ir::ExprKind::Sigmoid, ir::ExprKind::Floor, ir::ExprKind::Ceil};
-    switch (pick(14)) {
-      case 0:
-        return ir::Abs::make(make(Type::Float, depth - 1));
-      case 1:
-        return ir::Neg::make(make(Type::Float, depth - 1));
-      case 2:
-        return select(Type::Float, depth);
-      case 3:
-        return ir::ToFloat::make(make(pick(3) ? Type::Int : Type::Bool, depth - 1));
-      case 4:
-      case 5:
-        return ir::make_operation(kFunctions[pick(9)],
-                                  std::vector<Expr>{make(Type::Float, depth - 1)});
-      case 6:
-        return pick(2)
-                   ? ir::Load::make(Type::Float, 1, "slopes", 1, make(Type::Int, depth - 1), num(0))
-                   : ir::Load::make(Type::Float, 2, "table", 2, make(Type::Int, depth - 1),
-                                    make(Type::Int, depth - 1));
-      default:
-        return binary(kArithmetic[pick(7)], Type::Float, depth - 1);
-    }
-  }
-
-  Expr integer_constant() {
-    static constexpr int32_t kExtremes[] = {kMin, kMin + 1, kMax, kMax - 1, 1 << 16, -1, 0, 1};
-    return num(pick(3) ? pick(11) - 5 : kExtremes[pick(8)]);
-  }
-
-  Expr integer_leaf() {
-    switch (pick(6)) {
-      case 0:
-      case 1:
-        return pick(2) ? q() : kv();
-      case 2:
-        return pick(2) ? var(ir::Variable::B) : h();
-      case 3:
-        return ir::Param::make(Type::Int, pick(2), "p");
-      default:
-        return integer_constant();
-    }
-  }
-
-  Expr float_leaf() {
-    switch (pick(4)) {
-      case 0:
-        return score();
-      case 1:
-        return ir::Param::make(Type::Float, 2, "t");
-      default: {
-        const std::vector<float>& constants = float_constants();
-        return real(constants[pick(static_cast<int>(constants.size()))]);
-      }
-    }
-  }
-
-  std::mt19937 rng_;
-  std::vector<Expr> pools_[3];
-};
 
 // Parameters and arrays that reads can hit: slot 0, 1 Int, 2 Float, 3 and 4 Bool; arrays
 // doc (Int 3 x 4), slopes (Float 5), table (Float 2 x 3).
@@ -478,7 +276,7 @@ std::vector<const ir::ExprNode*> distinct_nodes(const Expr& e) {
 }
 
 TEST_CASE("every pass keeps the value of random expressions bit for bit", "[passes][fuzz]") {
-  RandomExpr random(20250117);
+  RandomExpr random(20250117, fuzz_options());
   Fixture fixture;
   int points = 0;
   int changed = 0;
@@ -520,7 +318,7 @@ TEST_CASE("every pass keeps the value of random expressions bit for bit", "[pass
 }
 
 TEST_CASE("interval evaluation of random expressions is sound", "[passes][interval][fuzz]") {
-  RandomExpr random(4242);
+  RandomExpr random(4242, fuzz_options());
   Fixture fixture;
   int decided = 0;
   for (int expression = 0; expression < 4000; ++expression) {
@@ -579,7 +377,7 @@ TEST_CASE("interval evaluation of random expressions is sound", "[passes][interv
 
 TEST_CASE("CSE leaves no two equal nodes and is idempotent on random expressions",
           "[passes][cse][fuzz]") {
-  RandomExpr random(99);
+  RandomExpr random(99, fuzz_options());
   for (int expression = 0; expression < 2000; ++expression) {
     const Expr original = random.make(static_cast<Type>(random.pick(3)), 1 + random.pick(5));
     const Expr shared = ir::eliminate_common_subexpressions(original);
