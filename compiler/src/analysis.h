@@ -1,8 +1,12 @@
-// Internal to the compiler: the interval analysis that classify_tile and kv_range share.
+// Internal to the compiler: the interval analysis that classify_tile and kv_range share, and
+// what it precomputes for a mask.
 #pragma once
+
+#include <unordered_map>
 
 #include "flexjit/compiler/mask.h"
 #include "flexjit/compiler/semantics.h"
+#include "kv_range_plan.h"
 
 namespace flexjit {
 
@@ -13,8 +17,24 @@ struct TileBox {
   const fj::MaskParams& params;
 };
 
-// The values `e` takes over the box (sound: every value of every point is included).
-ir::IntervalValue evaluate_interval(const ir::Expr& e, const TileBox& box);
+// A mask's plans: the kv plan of the whole mask (kv_range) and, for each && / || node whose
+// left operand bounds kv, the plan of where that operand may hold (&&) or fail (||), which
+// narrows the keys the right operand is evaluated over (fj::ival::narrowed_and / _or).
+struct MaskPlans {
+  ir::Expr mask;
+  KvPlan kv;
+  std::unordered_map<const ir::ExprNode*, KvPlan> narrowing;
+};
+
+MaskPlans plan_mask(const ir::Expr& mask);
+
+// The values `e` takes over the box (sound: every value of every point is included). With
+// `plans` (of an expression containing e), && and || narrow their right operand.
+ir::IntervalValue evaluate_interval(const ir::Expr& e, const TileBox& box,
+                                    const MaskPlans* plans = nullptr);
+
+// The kv bound of a plan for the box's queries (the box's kv is unused).
+fj::kvr::Bound evaluate_plan(const KvPlan& plan, const TileBox& box);
 
 // Every scalar reads 0 and every array is empty when the caller passes no parameters.
 const fj::MaskParams& params_or_zero(const fj::MaskParams* params);

@@ -141,12 +141,34 @@ std::string param_read(const ir::Param* param) {
   return slot;
 }
 
+// Two more spaces before every line.
+std::string indent(const std::string& code) {
+  std::string result;
+  bool line_start = true;
+  for (const char c : code) {
+    if (line_start) result += "  ";
+    result += c;
+    line_start = c == '\n';
+  }
+  return result;
+}
+
+using NarrowingPlans = std::unordered_map<const ir::ExprNode*, KvPlan>;
+
 // Writes the statements of one hook body, one per operation node, shared nodes once.
 class StatementWriter {
  public:
   // Temporaries are named `prefix` and a number, so that writers can share a function body.
-  explicit StatementWriter(bool intervals, std::string prefix = "t")
-      : intervals_(intervals), prefix_(std::move(prefix)) {}
+  // With `narrowing` (interval writers of classify), && and || nodes that have a plan narrow
+  // their right operand's keys as the host analysis does (analysis.h, MaskPlans).
+  explicit StatementWriter(bool intervals, std::string prefix = "t",
+                           const NarrowingPlans* narrowing = nullptr)
+      : intervals_(intervals), prefix_(std::move(prefix)), narrowing_(narrowing) {}
+
+  // A name no other statement of this writer's function uses, starting with `stem`.
+  std::string fresh(std::string_view stem) {
+    return fmt::format("{}{}{}", prefix_, stem, fresh_count_++);
+  }
 
   // The C++ expression naming e's value (a leaf's text, or the temporary holding it).
   std::string value_of(const ir::Expr& e) {
@@ -154,12 +176,14 @@ class StatementWriter {
     const auto found = names_.find(e.get());
     if (found != names_.end()) return found->second;
 
+    const KvPlan* plan = narrowing_plan(e);
     std::vector<std::string> operands;
-    for (int i = 0; i < ir::operand_count(e.kind()); ++i) {
+    for (int i = 0; i < ir::operand_count(e.kind()) && !(plan != nullptr && i == 1); ++i) {
       operands.push_back(value_of(ir::operand(e, i)));
     }
-    const std::string value =
-        e.kind() == ir::ExprKind::Load ? load(e.as<ir::Load>(), operands) : operation(e, operands);
+    const std::string value = plan != nullptr                  ? narrowed(e, *plan, operands[0])
+                              : e.kind() == ir::ExprKind::Load ? load(e.as<ir::Load>(), operands)
+                                                               : operation(e, operands);
 
     std::string name = fmt::format("{}{}", prefix_, names_.size());
     code_ += fmt::format("    const {} {} = {};\n", type_name(e.type()), name, value);
@@ -172,6 +196,15 @@ class StatementWriter {
   void append(const std::string& statement) { code_ += statement; }
 
  private:
+  const KvPlan* narrowing_plan(const ir::Expr& e) const {
+    if (narrowing_ == nullptr) return nullptr;
+    const auto found = narrowing_->find(e.get());
+    return found == narrowing_->end() ? nullptr : &found->second;
+  }
+
+  // fj::ival::narrowed_and / _or of a node with a narrowing plan (defined after KvRangeWriter).
+  std::string narrowed(const ir::Expr& e, const KvPlan& plan, const std::string& left);
+
   std::string operation(const ir::Expr& e, const std::vector<std::string>& operands) const {
     const bool is_select = e.kind() == ir::ExprKind::Select;
     const ir::Type operand_type = ir::operand(e, is_select ? 1 : 0).type();
@@ -253,6 +286,8 @@ class StatementWriter {
 
   bool intervals_;
   std::string prefix_;
+  const NarrowingPlans* narrowing_;
+  int fresh_count_ = 0;
   std::unordered_map<const ir::ExprNode*, std::string> names_;
   std::string code_;
 };
@@ -285,6 +320,8 @@ const char* kv_step_function(KvStep::Kind kind) {
 // the same order as the host's kv_range(), kv-free operands as interval statements.
 class KvRangeWriter {
  public:
+  explicit KvRangeWriter(StatementWriter& out) : out_(out) {}
+
   // The name of the bound that `plan` evaluates to.
   std::string bound_of(const KvPlan& plan) {
     switch (plan.kind) {
@@ -304,20 +341,18 @@ class KvRangeWriter {
         return result;
       }
       case KvPlan::Guard:
-        return declare(fmt::format("fj::kvr::guard({}, {})", intervals_.value_of(plan.condition),
-                                   plan.polarity));
+        return declare(
+            fmt::format("fj::kvr::guard({}, {})", out_.value_of(plan.condition), plan.polarity));
       case KvPlan::Atom:
         return atom(plan);
     }
     return "fj::kvr::all()";
   }
 
-  std::string code() const { return intervals_.code(); }
-
  private:
   std::string declare(const std::string& value) {
-    std::string name = fmt::format("k{}", bounds_++);
-    intervals_.append(fmt::format("    const fj::kvr::Bound {} = {};\n", name, value));
+    std::string name = out_.fresh("k");
+    out_.append(fmt::format("    const fj::kvr::Bound {} = {};\n", name, value));
     return name;
   }
 
@@ -325,36 +360,32 @@ class KvRangeWriter {
     static constexpr const char* kOps[] = {"kLess", "kLessEqual", "kGreater", "kGreaterEqual",
                                            "kEqual"};
     std::string s = declare(fmt::format("fj::kvr::compared_with(fj::kvr::{}, {})", kOps[plan.op],
-                                        intervals_.value_of(plan.other)));
+                                        out_.value_of(plan.other)));
     for (const KvStep& step : plan.steps) {
       const std::string other =
-          step.other.defined() ? ", " + intervals_.value_of(step.other) : std::string();
+          step.other.defined() ? ", " + out_.value_of(step.other) : std::string();
       s = declare(fmt::format("fj::kvr::{}({}{})", kv_step_function(step.kind), s, other));
     }
     // The check reads the comparison over key ranges of its choosing.
-    StatementWriter check(true, fmt::format("a{}_", atoms_++));
+    StatementWriter check(true, out_.fresh("a") + "_");
     const std::string value = check.value_of(plan.condition);
     return declare(fmt::format(
         "fj::kvr::verified({}, [&](fj::Interval kv) {{\n{}      return {};\n    }}, {})", s,
         indent(check.code()), value, plan.polarity));
   }
 
-  // Two more spaces before every line.
-  static std::string indent(const std::string& code) {
-    std::string result;
-    bool line_start = true;
-    for (const char c : code) {
-      if (line_start) result += "  ";
-      result += c;
-      line_start = c == '\n';
-    }
-    return result;
-  }
-
-  StatementWriter intervals_{true, "r"};
-  int bounds_ = 0;
-  int atoms_ = 0;
+  StatementWriter& out_;
 };
+
+std::string StatementWriter::narrowed(const ir::Expr& e, const KvPlan& plan,
+                                      const std::string& left) {
+  const std::string where = KvRangeWriter(*this).bound_of(plan);
+  StatementWriter right(true, fresh("n") + "_", narrowing_);
+  const std::string value = right.value_of(ir::operand(e, 1));
+  return fmt::format(
+      "fj::ival::narrowed_{}({}, {}, kv, [&](fj::Interval kv) {{\n{}      return {};\n    }})",
+      e.kind() == ir::ExprKind::And ? "and" : "or", left, where, indent(right.code()), value);
+}
 
 }  // namespace
 
@@ -363,7 +394,8 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
 
   StatementWriter mask_writer(false);
   const std::string mask_value = mask_writer.value_of(mask);
-  StatementWriter interval(true);
+  const NarrowingPlans narrowing = plan_narrowing(mask);
+  StatementWriter interval(true, "t", &narrowing);
   const std::string class_value = interval.value_of(mask);
 
   std::string score_code = "    return s;\n";
@@ -377,8 +409,8 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
     score_comment = fmt::format("// score: {}\n", ir::to_string(variant.score));
   }
 
-  KvRangeWriter kv_writer;
-  const std::string kv_bound = kv_writer.bound_of(plan_kv_range(mask));
+  StatementWriter kv_writer(true, "r");
+  const std::string kv_bound = KvRangeWriter(kv_writer).bound_of(plan_kv_range(mask));
 
   std::string ranges;
   if (ir::uses_variable(mask, ir::Variable::Q)) {

@@ -1,6 +1,8 @@
 // KV ranges: which keys a range of queries may see, from the mask's comparisons on kv.
 #include "kv_range_plan.h"
 
+#include <unordered_set>
+
 #include "analysis.h"
 
 namespace flexjit {
@@ -177,6 +179,38 @@ KvPlan plan(const ir::Expr& e, bool polarity) {
   return atom;
 }
 
+int atom_count(const KvPlan& plan) {
+  int count = plan.kind == KvPlan::Atom ? 1 : 0;
+  for (const KvPlan& child : plan.children)
+    count += atom_count(child);
+  return count;
+}
+
+// Whether a plan bounds kv at all (a plan of Alls and Guards only does not).
+bool bounds_kv(const KvPlan& plan) {
+  if (plan.kind == KvPlan::Atom) return true;
+  for (const KvPlan& child : plan.children)
+    if (bounds_kv(child)) return true;
+  return false;
+}
+
+constexpr int kMaxNarrowingAtoms = 4;
+
+void collect_narrowing(const ir::Expr& e, std::unordered_set<const ir::ExprNode*>& visited,
+                       std::unordered_map<const ir::ExprNode*, KvPlan>& out) {
+  if (!visited.insert(e.get()).second) return;
+  const int count = ir::operand_count(e.kind());
+  for (int i = 0; i < count; ++i)
+    collect_narrowing(ir::operand(e, i), visited, out);
+  if (e.kind() != ir::ExprKind::And && e.kind() != ir::ExprKind::Or) return;
+  const ir::Expr& left = ir::operand(e, 0);
+  if (!reads_kv(left) || !reads_kv(ir::operand(e, 1))) return;
+  KvPlan where = plan(left, e.kind() == ir::ExprKind::And);
+  if (bounds_kv(where) && atom_count(where) <= kMaxNarrowingAtoms) {
+    out.emplace(e.get(), std::move(where));
+  }
+}
+
 fj::Interval ints(const ir::Expr& e, const TileBox& box) {
   return evaluate_interval(e, box).ints;
 }
@@ -205,6 +239,8 @@ fj::kvr::Bound invert(const KvStep& step, fj::kvr::Bound s, const TileBox& box) 
   }
   return fj::kvr::all();
 }
+
+}  // namespace
 
 fj::kvr::Bound evaluate_plan(const KvPlan& plan, const TileBox& box) {
   switch (plan.kind) {
@@ -238,21 +274,24 @@ fj::kvr::Bound evaluate_plan(const KvPlan& plan, const TileBox& box) {
   return fj::kvr::all();
 }
 
-}  // namespace
+KvPlan plan_kv_range(const ir::Expr& mask, bool polarity) {
+  return plan(mask, polarity);
+}
 
-KvPlan plan_kv_range(const ir::Expr& mask) {
-  return plan(mask, true);
+std::unordered_map<const ir::ExprNode*, KvPlan> plan_narrowing(const ir::Expr& mask) {
+  std::unordered_map<const ir::ExprNode*, KvPlan> narrowing;
+  std::unordered_set<const ir::ExprNode*> visited;
+  collect_narrowing(mask, visited, narrowing);
+  return narrowing;
+}
+
+MaskPlans plan_mask(const ir::Expr& mask) {
+  return {mask, plan_kv_range(mask), plan_narrowing(mask)};
 }
 
 KvRange kv_range(const Variant& variant, int32_t b, int32_t h, int32_t q0, int32_t q1,
                  const fj::MaskParams* params) {
-  if (q0 >= q1) return {};
-  const Tile tile{b, h, q0, q1, 0, 1};
-  // kv is unused by the plan's own evaluations (atoms bind it themselves).
-  const TileBox box{tile, fj::Interval::range(q0, int64_t{q1} - 1), fj::Interval::point(0),
-                    params_or_zero(params)};
-  const fj::KvRange range = fj::kvr::to_range(evaluate_plan(plan_kv_range(mask_of(variant)), box));
-  return {range.lo, range.hi};
+  return MaskAnalysis(variant).kv_range(b, h, q0, q1, params);
 }
 
 }  // namespace flexjit

@@ -4,6 +4,7 @@
 // fj::kvr functions of templates/fj_ops.cuh, so the two agree.
 #pragma once
 
+#include <unordered_map>
 #include <vector>
 
 #include "flexjit/compiler/ir.h"
@@ -35,7 +36,12 @@ struct KvPlan {
   std::vector<KvStep> steps;     // Atom: from f down to kv
 };
 
-// The plan of a Bool expression (a mask).
-KvPlan plan_kv_range(const ir::Expr& mask);
+// The plan of a Bool expression (a mask) holding (polarity) or failing (!polarity).
+KvPlan plan_kv_range(const ir::Expr& mask, bool polarity = true);
+
+// The plans that narrow the right operand of && / || nodes of `mask`, by node: for `a && b`
+// where a may hold, for `a || b` where a may fail. Only where a bounds kv with a few
+// comparisons (each costs two interval evaluations per tile).
+std::unordered_map<const ir::ExprNode*, KvPlan> plan_narrowing(const ir::Expr& mask);
 
 }  // namespace flexjit

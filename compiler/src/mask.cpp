@@ -1,6 +1,7 @@
 // Evaluation and tile classification of a lowered mask: one walk per domain, the meaning of
 // each operation coming from semantics.h (that is, from templates/fj_ops.cuh).
 #include <array>
+#include <memory>
 
 #include "analysis.h"
 #include "flexjit/compiler/mask.h"
@@ -116,7 +117,7 @@ ir::IntervalValue of_floats(fj::FloatInterval floats) {
 
 }  // namespace
 
-ir::IntervalValue evaluate_interval(const ir::Expr& e, const TileBox& box) {
+ir::IntervalValue evaluate_interval(const ir::Expr& e, const TileBox& box, const MaskPlans* plans) {
   switch (e.kind()) {
     case ir::ExprKind::IntImm:
       return of_ints(fj::Interval::point(e.as<ir::IntImm>()->value));
@@ -146,18 +147,33 @@ ir::IntervalValue evaluate_interval(const ir::Expr& e, const TileBox& box) {
     case ir::ExprKind::Load: {
       const ir::Load* load = e.as<ir::Load>();
       return ir::load(box.params.array[load->slot], e.type(),
-                      evaluate_interval(load->row, box).ints,
-                      evaluate_interval(load->col, box).ints);
+                      evaluate_interval(load->row, box, plans).ints,
+                      evaluate_interval(load->col, box, plans).ints);
     }
-    default: {
-      const OperandTypes types = operand_types(e);
-      std::array<ir::IntervalValue, 3> values{};
-      for (int i = 0; i < types.count; ++i)
-        values[i] = evaluate_interval(ir::operand(e, i), box);
-      return ir::apply_operation(e.kind(), types.span(),
-                                 std::span<const ir::IntervalValue>(values.data(), types.count));
+    case ir::ExprKind::And:
+    case ir::ExprKind::Or: {
+      if (plans == nullptr) break;
+      const auto narrowing = plans->narrowing.find(e.get());
+      if (narrowing == plans->narrowing.end()) break;
+      const fj::Interval left = evaluate_interval(ir::operand(e, 0), box, plans).ints;
+      const fj::kvr::Bound where = evaluate_plan(narrowing->second, box);
+      const auto right = [&](fj::Interval kv) {
+        const TileBox narrowed{box.tile, box.q, kv, box.params};
+        return evaluate_interval(ir::operand(e, 1), narrowed, plans).ints;
+      };
+      return of_ints(e.kind() == ir::ExprKind::And
+                         ? fj::ival::narrowed_and(left, where, box.kv, right)
+                         : fj::ival::narrowed_or(left, where, box.kv, right));
     }
+    default:
+      break;
   }
+  const OperandTypes types = operand_types(e);
+  std::array<ir::IntervalValue, 3> values{};
+  for (int i = 0; i < types.count; ++i)
+    values[i] = evaluate_interval(ir::operand(e, i), box, plans);
+  return ir::apply_operation(e.kind(), types.span(),
+                             std::span<const ir::IntervalValue>(values.data(), types.count));
 }
 
 bool evaluate_mask(const Variant& variant, const EvalPoint& point) {
@@ -181,11 +197,30 @@ const char* tile_class_name(TileClass tile_class) {
   return "?";
 }
 
-TileClass classify_tile(const Variant& variant, const Tile& tile, const fj::MaskParams* params) {
+MaskAnalysis::MaskAnalysis(const Variant& variant)
+    : plans_(std::make_shared<const MaskPlans>(plan_mask(mask_of(variant)))) {}
+
+TileClass MaskAnalysis::classify(const Tile& tile, const fj::MaskParams* params) const {
   if (tile.q0 >= tile.q1 || tile.k0 >= tile.k1) return TileClass::Empty;
   const TileBox box{tile, fj::Interval::range(tile.q0, int64_t{tile.q1} - 1),
                     fj::Interval::range(tile.k0, int64_t{tile.k1} - 1), params_or_zero(params)};
-  return static_cast<TileClass>(fj::tile_class(evaluate_interval(mask_of(variant), box).ints));
+  return static_cast<TileClass>(
+      fj::tile_class(evaluate_interval(plans_->mask, box, plans_.get()).ints));
+}
+
+KvRange MaskAnalysis::kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
+                               const fj::MaskParams* params) const {
+  if (q0 >= q1) return {};
+  const Tile tile{b, h, q0, q1, 0, 1};
+  // kv is unused by the plan's own evaluations (atoms bind it themselves).
+  const TileBox box{tile, fj::Interval::range(q0, int64_t{q1} - 1), fj::Interval::point(0),
+                    params_or_zero(params)};
+  const fj::KvRange range = fj::kvr::to_range(evaluate_plan(plans_->kv, box));
+  return {range.lo, range.hi};
+}
+
+TileClass classify_tile(const Variant& variant, const Tile& tile, const fj::MaskParams* params) {
+  return MaskAnalysis(variant).classify(tile, params);
 }
 
 }  // namespace flexjit

@@ -69,8 +69,8 @@ namespace {
 // Classifies the tiles of a map row by row, top to bottom.
 class RowClassifier {
  public:
-  RowClassifier(const Variant& variant, const fj::MaskParams* params, TileMap& map)
-      : variant_(variant), params_(params), map_(map) {
+  RowClassifier(const MaskAnalysis& analysis, const fj::MaskParams* params, TileMap& map)
+      : analysis_(analysis), params_(params), map_(map) {
     // Columns a diagonal boundary (kv = q + c) moves from one row to the next.
     const int32_t tile_q = map.shape.tile_q, tile_k = map.shape.tile_k;
     shifts_ = {0, tile_q / tile_k};
@@ -124,7 +124,7 @@ class RowClassifier {
     Tile tile = shape.tile(row_, col0);
     tile.k1 = shape.tile(row_, col1 - 1).k1;
     ++map_.evaluations;
-    return classify_tile(variant_, tile, params_);
+    return analysis_.classify(tile, params_);
   }
 
   void tiles(int32_t col0, int32_t col1) {
@@ -157,7 +157,7 @@ class RowClassifier {
     }
   }
 
-  const Variant& variant_;
+  const MaskAnalysis& analysis_;
   const fj::MaskParams* params_;
   TileMap& map_;
   std::vector<int32_t> shifts_;
@@ -175,10 +175,11 @@ TileMap build_tile_map(const Variant& variant, const TileShape& shape, const fj:
   const int32_t rows = shape.rows(), cols = shape.cols();
   map.classes.assign(static_cast<size_t>(shape.tiles()), TileClass::Empty);
   map.kv_ranges.assign(rows, KvRange{});
-  RowClassifier classifier(variant, params, map);
+  const MaskAnalysis analysis(variant);
+  RowClassifier classifier(analysis, params, map);
   for (int32_t row = 0; row < rows; ++row) {
     const Tile tile = shape.tile(row, 0);
-    const KvRange range = kv_range(variant, shape.b, shape.h, tile.q0, tile.q1, params);
+    const KvRange range = analysis.kv_range(shape.b, shape.h, tile.q0, tile.q1, params);
     const int32_t lo = std::max(range.lo, 0), hi = std::min(range.hi, shape.kv_len);
     int32_t col0 = 0, col1 = 0;
     if (lo < hi) {

@@ -91,13 +91,11 @@ const std::vector<std::string>& standard_masks() {
   return names;
 }
 
-// Where the interval analysis is not exact: an `||` whose sides are each unknown over a tile
-// although every pair satisfies one of them (it does not split cases). rswa: a tile across
-// kv == prefix_len whose keys past the prefix are all within the window; prefix_ranges: a tile
-// across the diagonal whose pairs above it all lie in one range, the tile reaching past it.
-bool known_inexact(const std::string& name, const Shape& s, int32_t window) {
-  return (name == "rswa" && window == 20 && s.tile_q == 7) ||
-         (name == "prefix_ranges" && s.tile_q == 7);
+// Where the analysis is not exact: prefix_ranges leaves one truly full 7x13 tile of these
+// shapes Partial. Narrowing an || bounds the keys its right side is evaluated over, not the
+// queries, and this tile needs both (DESIGN.md §4 asks exactness of the other masks).
+bool known_inexact(const std::string& name, const Shape& s) {
+  return name == "prefix_ranges" && s.tile_q == 7;
 }
 
 // Visible pairs as the map claims them: a truly uniform tile that the map leaves Partial counts
@@ -139,8 +137,8 @@ TEST_CASE(
           CHECK(exactness.unsound == 0);
           CHECK(check_tile_map(per_tile, visible).unsound == 0);
           CHECK(check_tile_map(per_tile, visible).exact <= exactness.exact);
-          if (known_inexact(name, s, window)) {
-            CHECK(exactness.rate() > 0.9);
+          if (known_inexact(name, s)) {
+            CHECK(exactness.uniform - exactness.exact <= 1);
           } else {
             CHECK(exactness.exact == exactness.uniform);
             CHECK(export_block_mask(map) == block_mask_from_visible(*shape, visible));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -120,6 +121,22 @@ struct KvRange {
 // EvalPoint.
 KvRange kv_range(const Variant& variant, int32_t b, int32_t h, int32_t q0, int32_t q1,
                  const fj::MaskParams* params);
+
+struct MaskPlans;
+
+// The analyses of one variant, with what they precompute from its IR (kv plans). classify_tile
+// and kv_range build one per call; a caller asking about many tiles keeps one. Cheap to copy
+// (shares the plans), and safe to use from several threads.
+class MaskAnalysis {
+ public:
+  explicit MaskAnalysis(const Variant& variant);
+  TileClass classify(const Tile& tile, const fj::MaskParams* params) const;
+  KvRange kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
+                   const fj::MaskParams* params) const;
+
+ private:
+  std::shared_ptr<const MaskPlans> plans_;
+};
 
 // CUDA source defining `struct_name` with the fixed hooks of DESIGN.md §5: kHasScore,
 // kUsesHead, mask(), score() (the identity when the variant has no score), classify() and
