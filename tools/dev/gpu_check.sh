@@ -29,7 +29,7 @@ if ! want sanitizer; then
   :
 elif [ -x "$sanitizer" ]; then
   echo "== compute-sanitizer memcheck (reduced)"
-  for mask in causal sliding document prefix_ranges causal_alibi; do
+  for mask in causal sliding rswa document prefix_ranges causal_alibi; do
     "$sanitizer" --tool memcheck --error-exitcode 9 $bin/flexjit run $masks --mask $mask \
       --set window=100 --heads 8 --kv-heads 2 --query-lens 1,7,300 --context-lens 700,50,0 \
       --page-size 16 --iterations 0 >"$out/sanitizer_$mask.log" 2>&1
