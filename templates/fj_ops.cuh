@@ -1214,19 +1214,11 @@ FJ_HD KvRange to_range(Bound s) {
 }  // namespace kvr
 
 namespace ival {
-// `a && b` on a tile, with b evaluated only over the keys where a may hold: `where_a` is the
-// kv bound of a (its kv range for the tile's queries), `rest(kv)` evaluates b over a key
-// interval. Sound because b's value elsewhere cannot make the conjunction true; more exact than
-// logical_and when a cuts the tile (rswa's `kv < prefix || q - kv < window`, as an ||). Kv
-// bounds speak of keys (kv >= 0) only: a tile reaching below 0 is not narrowed.
-template <class Rest>
-FJ_HD Interval narrowed_and(Interval a, kvr::Bound where_a, Interval kv, Rest rest) {
-  if (kv.lo < 0) return logical_and(a, rest(kv));
-  const kvr::Bound keys = kvr::intersect(where_a, kvr::Bound{kv.lo, kv.hi});
-  if (kvr::is_empty(keys)) return Interval::boolean(false);
-  return logical_and(a, rest(Interval::range(keys.lo, keys.hi)));
-}
-// `a || b`, with b evaluated only over the keys where a may fail (`where_not_a`).
+// `a || b` on a tile, with b evaluated only over the keys where a may fail: `where_not_a` is
+// the kv bound of !a (its kv range for the tile's queries), `rest(kv)` evaluates b over a key
+// interval. Sound because b's value where a holds cannot change the disjunction; more exact
+// than logical_or when a cuts the tile (rswa's `kv < prefix || q - kv < window` across the
+// prefix end). Kv bounds speak of keys (kv >= 0) only: a tile reaching below 0 is not narrowed.
 template <class Rest>
 FJ_HD Interval narrowed_or(Interval a, kvr::Bound where_not_a, Interval kv, Rest rest) {
   if (kv.lo < 0) return logical_or(a, rest(kv));

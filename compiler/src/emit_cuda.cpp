@@ -202,7 +202,7 @@ class StatementWriter {
     return found == narrowing_->end() ? nullptr : &found->second;
   }
 
-  // fj::ival::narrowed_and / _or of a node with a narrowing plan (defined after KvRangeWriter).
+  // fj::ival::narrowed_or of a node with a narrowing plan (defined after KvRangeWriter).
   std::string narrowed(const ir::Expr& e, const KvPlan& plan, const std::string& left);
 
   std::string operation(const ir::Expr& e, const std::vector<std::string>& operands) const {
@@ -383,8 +383,8 @@ std::string StatementWriter::narrowed(const ir::Expr& e, const KvPlan& plan,
   StatementWriter right(true, fresh("n") + "_", narrowing_);
   const std::string value = right.value_of(ir::operand(e, 1));
   return fmt::format(
-      "fj::ival::narrowed_{}({}, {}, kv, [&](fj::Interval kv) {{\n{}      return {};\n    }})",
-      e.kind() == ir::ExprKind::And ? "and" : "or", left, where, indent(right.code()), value);
+      "fj::ival::narrowed_or({}, {}, kv, [&](fj::Interval kv) {{\n{}      return {};\n    }})",
+      left, where, indent(right.code()), value);
 }
 
 }  // namespace

@@ -202,77 +202,16 @@ void collect_narrowing(const ir::Expr& e, std::unordered_set<const ir::ExprNode*
   const int count = ir::operand_count(e.kind());
   for (int i = 0; i < count; ++i)
     collect_narrowing(ir::operand(e, i), visited, out);
-  if (e.kind() != ir::ExprKind::And && e.kind() != ir::ExprKind::Or) return;
+  if (e.kind() != ir::ExprKind::Or) return;
   const ir::Expr& left = ir::operand(e, 0);
   if (!reads_kv(left) || !reads_kv(ir::operand(e, 1))) return;
-  KvPlan where = plan(left, e.kind() == ir::ExprKind::And);
+  KvPlan where = plan(left, false);
   if (bounds_kv(where) && atom_count(where) <= kMaxNarrowingAtoms) {
     out.emplace(e.get(), std::move(where));
   }
 }
 
-fj::Interval ints(const ir::Expr& e, const TileBox& box) {
-  return evaluate_interval(e, box).ints;
-}
-
-// One inverse step on the host, as the emitted code does it on the device.
-fj::kvr::Bound invert(const KvStep& step, fj::kvr::Bound s, const TileBox& box) {
-  switch (step.kind) {
-    case KvStep::Add:
-      return fj::kvr::addend(s, ints(step.other, box));
-    case KvStep::Minuend:
-      return fj::kvr::minuend(s, ints(step.other, box));
-    case KvStep::Subtrahend:
-      return fj::kvr::subtrahend(s, ints(step.other, box));
-    case KvStep::Neg:
-      return fj::kvr::negated(s);
-    case KvStep::Mul:
-      return fj::kvr::factor(s, ints(step.other, box));
-    case KvStep::Div:
-      return fj::kvr::dividend(s, ints(step.other, box));
-    case KvStep::Abs:
-      return fj::kvr::abs_argument(s);
-    case KvStep::Min:
-      return fj::kvr::min_argument(s, ints(step.other, box));
-    case KvStep::Max:
-      return fj::kvr::max_argument(s, ints(step.other, box));
-  }
-  return fj::kvr::all();
-}
-
 }  // namespace
-
-fj::kvr::Bound evaluate_plan(const KvPlan& plan, const TileBox& box) {
-  switch (plan.kind) {
-    case KvPlan::All:
-      return fj::kvr::all();
-    case KvPlan::None:
-      return fj::kvr::none();
-    case KvPlan::Intersect:
-    case KvPlan::Hull: {
-      fj::kvr::Bound result = evaluate_plan(plan.children[0], box);
-      for (size_t i = 1; i < plan.children.size(); ++i) {
-        const fj::kvr::Bound child = evaluate_plan(plan.children[i], box);
-        result = plan.kind == KvPlan::Intersect ? fj::kvr::intersect(result, child)
-                                                : fj::kvr::hull(result, child);
-      }
-      return result;
-    }
-    case KvPlan::Guard:
-      return fj::kvr::guard(ints(plan.condition, box), plan.polarity);
-    case KvPlan::Atom: {
-      fj::kvr::Bound s = fj::kvr::compared_with(plan.op, ints(plan.other, box));
-      for (const KvStep& step : plan.steps)
-        s = invert(step, s, box);
-      const auto atom = [&](fj::Interval kv) {
-        const TileBox keys{box.tile, box.q, kv, box.params};
-        return ints(plan.condition, keys);
-      };
-      return fj::kvr::verified(s, atom, plan.polarity);
-    }
-  }
-  return fj::kvr::all();
-}
 
 KvPlan plan_kv_range(const ir::Expr& mask, bool polarity) {
   return plan(mask, polarity);
@@ -286,7 +225,9 @@ std::unordered_map<const ir::ExprNode*, KvPlan> plan_narrowing(const ir::Expr& m
 }
 
 MaskPlans plan_mask(const ir::Expr& mask) {
-  return {mask, plan_kv_range(mask), plan_narrowing(mask)};
+  MaskPlans plans{mask, plan_kv_range(mask), plan_narrowing(mask), {}};
+  plans.program = IntervalProgram(plans.mask, plans.kv, plans.narrowing);
+  return plans;
 }
 
 KvRange kv_range(const Variant& variant, int32_t b, int32_t h, int32_t q0, int32_t q1,

@@ -1,5 +1,6 @@
-// Evaluation and tile classification of a lowered mask: one walk per domain, the meaning of
-// each operation coming from semantics.h (that is, from templates/fj_ops.cuh).
+// Evaluation and tile classification of a lowered mask: a walk for concrete values, the
+// compiled interval analysis (interval_tape.h) for tiles, the meaning of each operation coming
+// from templates/fj_ops.cuh.
 #include <array>
 #include <memory>
 
@@ -102,80 +103,6 @@ ir::Expr mask_of(const Variant& variant) {
   return variant.mask.defined() ? variant.mask : ir::BoolImm::make(false);
 }
 
-namespace {
-ir::IntervalValue of_ints(fj::Interval ints) {
-  ir::IntervalValue value;
-  value.ints = ints;
-  return value;
-}
-
-ir::IntervalValue of_floats(fj::FloatInterval floats) {
-  ir::IntervalValue value;
-  value.floats = floats;
-  return value;
-}
-
-}  // namespace
-
-ir::IntervalValue evaluate_interval(const ir::Expr& e, const TileBox& box, const MaskPlans* plans) {
-  switch (e.kind()) {
-    case ir::ExprKind::IntImm:
-      return of_ints(fj::Interval::point(e.as<ir::IntImm>()->value));
-    case ir::ExprKind::FloatImm:
-      return of_floats(fj::FloatInterval::point(e.as<ir::FloatImm>()->value));
-    case ir::ExprKind::BoolImm:
-      return of_ints(fj::Interval::boolean(e.as<ir::BoolImm>()->value));
-    case ir::ExprKind::Var:
-      switch (e.as<ir::Var>()->variable) {
-        case ir::Variable::B:
-          return of_ints(fj::Interval::point(box.tile.b));
-        case ir::Variable::H:
-          return of_ints(fj::Interval::point(box.tile.h));
-        case ir::Variable::Q:
-          return of_ints(box.q);
-        case ir::Variable::KV:
-          return of_ints(box.kv);
-        case ir::Variable::Score:
-          return of_floats(fj::FloatInterval::everything());
-      }
-      return {};
-    case ir::ExprKind::Param: {
-      const ir::Value value = param_value(box.params, e.as<ir::Param>());
-      return e.type() == ir::Type::Float ? of_floats(fj::FloatInterval::point(value.f))
-                                         : of_ints(fj::Interval::point(value.i));
-    }
-    case ir::ExprKind::Load: {
-      const ir::Load* load = e.as<ir::Load>();
-      return ir::load(box.params.array[load->slot], e.type(),
-                      evaluate_interval(load->row, box, plans).ints,
-                      evaluate_interval(load->col, box, plans).ints);
-    }
-    case ir::ExprKind::And:
-    case ir::ExprKind::Or: {
-      if (plans == nullptr) break;
-      const auto narrowing = plans->narrowing.find(e.get());
-      if (narrowing == plans->narrowing.end()) break;
-      const fj::Interval left = evaluate_interval(ir::operand(e, 0), box, plans).ints;
-      const fj::kvr::Bound where = evaluate_plan(narrowing->second, box);
-      const auto right = [&](fj::Interval kv) {
-        const TileBox narrowed{box.tile, box.q, kv, box.params};
-        return evaluate_interval(ir::operand(e, 1), narrowed, plans).ints;
-      };
-      return of_ints(e.kind() == ir::ExprKind::And
-                         ? fj::ival::narrowed_and(left, where, box.kv, right)
-                         : fj::ival::narrowed_or(left, where, box.kv, right));
-    }
-    default:
-      break;
-  }
-  const OperandTypes types = operand_types(e);
-  std::array<ir::IntervalValue, 3> values{};
-  for (int i = 0; i < types.count; ++i)
-    values[i] = evaluate_interval(ir::operand(e, i), box, plans);
-  return ir::apply_operation(e.kind(), types.span(),
-                             std::span<const ir::IntervalValue>(values.data(), types.count));
-}
-
 bool evaluate_mask(const Variant& variant, const EvalPoint& point) {
   return evaluate(mask_of(variant), {point, 0.0f, params_or_zero(point.params)}).i != 0;
 }
@@ -204,8 +131,7 @@ TileClass MaskAnalysis::classify(const Tile& tile, const fj::MaskParams* params)
   if (tile.q0 >= tile.q1 || tile.k0 >= tile.k1) return TileClass::Empty;
   const TileBox box{tile, fj::Interval::range(tile.q0, int64_t{tile.q1} - 1),
                     fj::Interval::range(tile.k0, int64_t{tile.k1} - 1), params_or_zero(params)};
-  return static_cast<TileClass>(
-      fj::tile_class(evaluate_interval(plans_->mask, box, plans_.get()).ints));
+  return static_cast<TileClass>(fj::tile_class(plans_->program.value(box).ints));
 }
 
 KvRange MaskAnalysis::kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
@@ -215,7 +141,7 @@ KvRange MaskAnalysis::kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
   // kv is unused by the plan's own evaluations (atoms bind it themselves).
   const TileBox box{tile, fj::Interval::range(q0, int64_t{q1} - 1), fj::Interval::point(0),
                     params_or_zero(params)};
-  const fj::KvRange range = fj::kvr::to_range(evaluate_plan(plans_->kv, box));
+  const fj::KvRange range = fj::kvr::to_range(plans_->program.kv_bound(box));
   return {range.lo, range.hi};
 }
 
