@@ -23,6 +23,12 @@ step "flexjit hints --mask sliding_sym (encoder, 1024 x 1024, 128x128 tiles, win
 $flexjit hints "$masks" --mask sliding_sym --q-len 1024 --kv-len 1024 --tile 128x128 --set window=$window
 step "flexjit hints --mask chunked -D chunk=256 (1024 queries after 1024 keys, 128x128 tiles)"
 $flexjit hints "$masks" --mask chunked -D chunk=256 --q-len 1024 --kv-len 2048 --tile 128x128
+step "flexjit hints --mask rswa (prefix 300 and window=$window, 2048 x 2048, 128x128 tiles)"
+$flexjit hints "$masks" --mask rswa --q-len 2048 --kv-len 2048 --tile 128x128 --set window=$window \
+  --set prefix_len=300
+step "flexjit hints --mask document (documents of 500, 700, 300 and 548 tokens, 64x64 tiles)"
+$flexjit hints "$masks" --mask document --q-len 2048 --kv-len 2048 --tile 64x64 \
+  --set "doc=0*500,1*700,2*300,3*548"
 
 for arch in sm_80 sm_90a; do
   step "NVRTC: every standard mask and variant x head dims 64,128,256 x bf16,fp16, paged (page 16) and encoder, for $arch"
