@@ -64,23 +64,9 @@ int64_t reference_row(const Variant& variant, const HostPagedBatch& batch,
 
 }  // namespace
 
-fj::MaskParams HostPagedBatch::mask_params() const {
-  fj::MaskParams block{};
-  for (size_t i = 0; i < params.size() && i < static_cast<size_t>(fj::kMaxScalarParams); ++i) {
-    block.scalar[i] = params[i];
-  }
-  for (size_t i = 0; i < arrays.size() && i < static_cast<size_t>(fj::kMaxArrayParams); ++i) {
-    const HostArray& array = arrays[i];
-    const bool whole = int64_t{array.rows} * array.cols == static_cast<int64_t>(array.bits.size());
-    block.array[i] = whole
-                         ? fj::ArrayParam{array.bits.data(), array.rows, array.cols, array.cols, 0}
-                         : fj::ArrayParam{nullptr, 0, 0, 0, 0};
-  }
-  return block;
-}
-
 ReferenceOutput reference_paged_attention(const Variant& variant, const HostPagedBatch& batch) {
-  const fj::MaskParams params = batch.mask_params();
+  const HostParams host_params(variant, batch.params, batch.arrays);
+  const fj::MaskParams& params = host_params.params();
   ReferenceOutput result;
   const int num_tokens = batch.num_tokens();
   result.out.assign(int64_t{num_tokens} * batch.num_heads * batch.head_dim, 0.0);

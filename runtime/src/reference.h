@@ -36,11 +36,7 @@ struct HostPagedBatch {
   std::vector<float> q;  // [num_tokens][num_heads][head_dim], values as the kernel reads them
   HostCache k, v;
   std::vector<int32_t> params;    // scalar runtime parameters by slot (floats as bits)
-  std::vector<HostArray> arrays;  // array runtime parameters by slot
-
-  // The parameter block the host evaluator reads: scalars, and arrays pointing into `arrays`
-  // (valid while this batch lives and its arrays are not resized).
-  fj::MaskParams mask_params() const;
+  std::vector<HostArray> arrays;  // array runtime parameters by slot (HostParams reads them)
 
   int num_reqs() const { return static_cast<int>(seq_lens.size()); }
   int num_tokens() const { return query_start_loc.empty() ? 0 : query_start_loc.back(); }
