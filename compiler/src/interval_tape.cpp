@@ -126,7 +126,7 @@ class IntervalProgram::Compiler {
   // a narrowed operand, is written after it and taken off before it goes on).
   struct Builder {
     uint32_t id = 0;
-    bool narrow = false;  // its && / || nodes with a narrowing plan narrow
+    bool narrow = false;  // its || nodes with a narrowing plan narrow
     uint32_t kv = kNone;
     size_t start = 0;
   };

@@ -6,7 +6,7 @@
 // function of its node's kind and operand type directly (what ir::apply_operation picks), so
 // every value is bit for bit the one a walk computes. Values that the analysis takes over
 // other key intervals get tapes of their own, as the generated classify() and kv_range() hooks
-// give them lambdas (emit_cuda.cpp): the right operand of each && / || that narrows it
+// give them lambdas (emit_cuda.cpp): the right operand of each || that narrows it
 // (evaluated over the keys its left operand leaves), and in each kv plan the condition of each
 // atom (evaluated over the keys outside the atom's solution by fj::kvr::verified). The plans'
 // other expressions (guards, the sides and steps of atoms) have tapes too.
@@ -44,19 +44,19 @@ struct TileBox {
 class IntervalProgram {
  public:
   IntervalProgram() = default;
-  // `root` with the && / || nodes of `narrowing` narrowing their right operand's keys by
+  // `root` with the || nodes of `narrowing` narrowing their right operand's keys by
   // their plan, and `kv` the plan kv_bound() evaluates.
   IntervalProgram(const ir::Expr& root, const KvPlan& kv,
                   const std::unordered_map<const ir::ExprNode*, KvPlan>& narrowing);
 
-  // The values `root` takes over the box (sound), its && and || narrowed.
+  // The values `root` takes over the box (sound), its || nodes narrowed.
   ir::IntervalValue value(const TileBox& box) const;
   // The kv bound of the plan `kv` for the box's queries (the box's kv is unused).
   fj::kvr::Bound kv_bound(const TileBox& box) const;
 
  private:
   // One per node kind and operand type (the choice ir::apply_operation makes per node), plus
-  // the narrowed && and ||.
+  // the narrowed ||.
   enum class Opcode : uint8_t {
     LoadInt,  // array slot c at rows a, columns b
     LoadFloat,
@@ -167,7 +167,7 @@ class IntervalProgram {
     Tape other;  // empty for Neg and Abs
   };
 
-  // An && / || whose right operand runs over the keys that plans_[plan] allows.
+  // An || whose right operand runs over the keys that plans_[plan] allows.
   struct Narrowing {
     uint32_t plan = 0;
     Tape right;
