@@ -22,6 +22,9 @@ namespace {
 struct PagedInputs {
   HostPagedBatch batch;  // what the reference reads (values rounded to the dtype)
   std::vector<uint16_t> q_bits, k_bits, v_bits;
+  // Joint layouts: K and V share k_bits (v_bits stays empty) and V's element 0 is this many
+  // elements after K's; -1 while V has a buffer of its own.
+  int64_t v_offset = -1;
 };
 
 Result<PagedInputs> fill_values(const PagedCheckConfig& config, int num_blocks,
@@ -100,15 +103,37 @@ Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64&
   const int64_t d = config.head_dim;
   const int64_t hk = config.num_kv_heads;
   const int64_t page = config.page_size;
+  int64_t stride_block = page * hk * d;
+  int64_t stride_slot = hk * d;
+  int64_t stride_head = d;
+  switch (config.layout) {
+    case KvLayout::NHD:
+      break;
+    case KvLayout::HND:
+      stride_head = page * d;
+      stride_slot = d;
+      break;
+    case KvLayout::NHD_JOINT:
+      stride_block = 2 * page * hk * d;
+      inputs.v_offset = page * hk * d;
+      break;
+    case KvLayout::HND_JOINT:
+      stride_block = 2 * page * hk * d;
+      stride_head = page * d;
+      stride_slot = d;
+      inputs.v_offset = page * hk * d;
+      break;
+    case KvLayout::NHD_2D:
+      stride_block = page * hk * 2 * d;
+      stride_slot = hk * 2 * d;
+      stride_head = 2 * d;
+      inputs.v_offset = d;
+      break;
+  }
   for (HostCache* cache : {&batch.k, &batch.v}) {
-    cache->stride_block = page * hk * d;
-    if (config.layout == KvLayout::NHD) {
-      cache->stride_slot = hk * d;
-      cache->stride_head = d;
-    } else {
-      cache->stride_head = page * d;
-      cache->stride_slot = d;
-    }
+    cache->stride_block = stride_block;
+    cache->stride_slot = stride_slot;
+    cache->stride_head = stride_head;
   }
   return fill_values(config, num_blocks, rng, inputs);
 }
@@ -123,12 +148,17 @@ Result<PagedInputs> fill_values(const PagedCheckConfig& config, int num_blocks,
   const int64_t hk = config.num_kv_heads;
   const int64_t page = batch.page_size;
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t cache_elems = num_blocks * page * hk * d;
+  const int64_t cache_elems = num_blocks * batch.k.stride_block;
   const uint16_t nan = nan_bits(config.dtype);
+  const bool joint = inputs.v_offset >= 0;
   inputs.k_bits.assign(cache_elems, nan);
-  inputs.v_bits.assign(cache_elems, nan);
+  inputs.v_bits.assign(joint ? 0 : cache_elems, nan);
   batch.k.values.assign(cache_elems, std::numeric_limits<float>::quiet_NaN());
-  batch.v.values.assign(cache_elems, std::numeric_limits<float>::quiet_NaN());
+  batch.v.values.assign(joint ? 0 : cache_elems, std::numeric_limits<float>::quiet_NaN());
+  // A joint layout writes V into K's buffer; the reference then reads V from a copy of that
+  // buffer shifted by v_offset, through the same strides.
+  uint16_t* v_bits = joint ? inputs.k_bits.data() + inputs.v_offset : inputs.v_bits.data();
+  float* v_values = joint ? batch.k.values.data() + inputs.v_offset : batch.v.values.data();
   for (int r = 0; r < num_reqs; ++r) {
     for (int key = 0; key < batch.seq_lens[r]; ++key) {
       const int64_t block = batch.block_table[r * batch.block_table_stride + key / page];
@@ -137,13 +167,14 @@ Result<PagedInputs> fill_values(const PagedCheckConfig& config, int num_blocks,
                              h * batch.k.stride_head;
         for (int64_t i = 0; i < d; ++i) {
           inputs.k_bits[base + i] = to_bits(normal(rng), config.dtype);
-          inputs.v_bits[base + i] = to_bits(normal(rng), config.dtype);
+          v_bits[base + i] = to_bits(normal(rng), config.dtype);
           batch.k.values[base + i] = from_bits(inputs.k_bits[base + i], config.dtype);
-          batch.v.values[base + i] = from_bits(inputs.v_bits[base + i], config.dtype);
+          v_values[base + i] = from_bits(v_bits[base + i], config.dtype);
         }
       }
     }
   }
+  if (joint) batch.v.values.assign(batch.k.values.begin() + inputs.v_offset, batch.k.values.end());
   const int64_t q_elems = int64_t{batch.num_tokens()} * config.num_heads * d;
   inputs.q_bits.resize(q_elems);
   batch.q.resize(q_elems);
@@ -242,6 +273,23 @@ std::vector<HostArray> random_arrays(const std::vector<RuntimeParam>& arrays, in
   return result;
 }
 
+fj_kernel_desc kernel_desc(const PagedCheckConfig& config, std::vector<fj_define>& defines) {
+  defines.clear();
+  for (const auto& [name, value] : config.defines)
+    defines.push_back({name.c_str(), value.c_str()});
+  fj_kernel_desc desc{};
+  desc.struct_size = sizeof(desc);
+  desc.mask = config.mask.c_str();
+  desc.score = config.score.empty() ? nullptr : config.score.c_str();
+  desc.defines = defines.data();
+  desc.num_defines = static_cast<uint32_t>(defines.size());
+  desc.head_dim = config.head_dim;
+  desc.dtype = config.dtype;
+  desc.page_size = config.contiguous ? 0 : config.page_size;
+  desc.arch = config.arch.empty() ? nullptr : config.arch.c_str();
+  return desc;
+}
+
 Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* program,
                                          const PagedCheckConfig& config_in) {
   PagedCheckConfig config = config_in;
@@ -279,18 +327,7 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   const HostPagedBatch& batch = inputs->batch;
 
   std::vector<fj_define> defines;
-  for (const auto& [name, value] : config.defines)
-    defines.push_back({name.c_str(), value.c_str()});
-  fj_kernel_desc desc{};
-  desc.struct_size = sizeof(desc);
-  desc.mask = config.mask.c_str();
-  desc.score = config.score.empty() ? nullptr : config.score.c_str();
-  desc.defines = defines.data();
-  desc.num_defines = static_cast<uint32_t>(defines.size());
-  desc.head_dim = config.head_dim;
-  desc.dtype = config.dtype;
-  desc.page_size = config.contiguous ? 0 : config.page_size;
-  desc.arch = config.arch.empty() ? nullptr : config.arch.c_str();
+  const fj_kernel_desc desc = kernel_desc(config, defines);
   fj_kernel* kernel = nullptr;
   if (fj_kernel_create(context, program, &desc, &kernel) != FJ_SUCCESS) {
     return Error{fj_context_last_error(context)};
@@ -314,7 +351,8 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   for (auto status : {
            q.upload(inputs->q_bits.data(), inputs->q_bits.size() * 2),
            k.upload(inputs->k_bits.data(), inputs->k_bits.size() * 2),
-           v.upload(inputs->v_bits.data(), inputs->v_bits.size() * 2),
+           inputs->v_offset >= 0 ? Result<bool>(true)
+                                 : v.upload(inputs->v_bits.data(), inputs->v_bits.size() * 2),
            out.fill(out_bytes, 0xff),
            lse.fill(rows * sizeof(float), 0xff),
            qsl.upload(batch.query_start_loc.data(), batch.query_start_loc.size() * 4),
@@ -342,7 +380,10 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   paged.q = q.get();
   paged.out = out.get();
   paged.k_cache = k.get();
-  paged.v_cache = v.get();
+  paged.v_cache =
+      inputs->v_offset >= 0
+          ? static_cast<const void*>(static_cast<const uint16_t*>(k.get()) + inputs->v_offset)
+          : v.get();
   paged.query_start_loc = static_cast<const int32_t*>(qsl.get());
   paged.seq_lens = static_cast<const int32_t*>(seq_lens.get());
   paged.block_table = static_cast<const int32_t*>(table.get());

@@ -16,8 +16,12 @@
 namespace flexjit {
 
 // Where a K or V element lives: vLLM's NHD cache [blocks, page, kv_heads, D], or HND
-// [blocks, kv_heads, page, D].
-enum class KvLayout { NHD, HND };
+// [blocks, kv_heads, page, D], K and V in buffers of their own; or one buffer holding both
+// (paged attention checks only; the KV-cache write check takes NHD and HND): NHD_JOINT
+// [blocks, 2, page, kv_heads, D] (vLLM's FlashAttention cache), HND_JOINT
+// [blocks, 2, kv_heads, page, D] (FlashInfer's HND), NHD_2D [blocks, page, kv_heads, 2D] (each
+// head's K row followed by its V row).
+enum class KvLayout { NHD, HND, NHD_JOINT, HND_JOINT, NHD_2D };
 
 struct PagedCheckConfig {
   std::string mask;   // a mask or a variant
@@ -66,6 +70,10 @@ struct PagedCheckReport {
 // (prefix lengths; range bounds); float arrays hold values in [0, 1) (ALiBi-like slopes).
 std::vector<HostArray> random_arrays(const std::vector<RuntimeParam>& arrays, int num_reqs,
                                      int num_heads, int max_seq_len, uint64_t seed);
+
+// The kernel description of `config`; `defines` holds the fj_define array it points to (and
+// `config` the strings), so both must outlive the description.
+fj_kernel_desc kernel_desc(const PagedCheckConfig& config, std::vector<fj_define>& defines);
 
 // Requires a CUDA device. `program` must come from `context`.
 Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* program,

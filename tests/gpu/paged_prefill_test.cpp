@@ -10,36 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "fixture.h"
 #include "flexjit/flexjit.h"
 #include "ops_check.h"
 #include "paged_check.h"
 
 namespace {
 
-struct Fixture {
-  fj_context* context = nullptr;
-  fj_program* program = nullptr;
-
-  Fixture() {
-    REQUIRE(fj_context_create(&context) == FJ_SUCCESS);
-    // The binary may run from a copy of the tree elsewhere (the GPU machine): the environment
-    // variable FLEXJIT_SOURCE_DIR overrides the build's source path.
-    const char* root = std::getenv("FLEXJIT_SOURCE_DIR");
-    const std::string path =
-        std::string(root != nullptr ? root : FLEXJIT_SOURCE_DIR) + "/dsl/lib/standard.mask";
-    REQUIRE(fj_program_create_from_file(context, path.c_str(), &program) == FJ_SUCCESS);
-  }
-  ~Fixture() {
-    fj_program_destroy(program);
-    fj_context_destroy(context);
-  }
-};
-
-// One context for the whole binary, so each kernel is compiled once and reused.
-Fixture& fixture() {
-  static Fixture instance;
-  return instance;
-}
+using flexjit::testing::fixture;
 
 int32_t slot_of(const char* name) {
   int32_t slot = -1;
