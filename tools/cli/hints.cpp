@@ -378,11 +378,11 @@ bool write_file(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-Result<std::vector<HostArray>> hint_arrays(const Variant& variant,
-                                           const std::vector<std::string>& settings, int32_t b,
-                                           int32_t h, std::vector<std::string>& scalar_settings) {
-  std::vector<HostArray> arrays(variant.arrays.size());
-  std::vector<bool> given(variant.arrays.size(), false);
+Result<SetArrays> set_arrays(const Variant& variant, const std::vector<std::string>& settings,
+                             int32_t b, int32_t h, std::vector<std::string>& scalar_settings) {
+  SetArrays set;
+  set.arrays.resize(variant.arrays.size());
+  set.given.assign(variant.arrays.size(), false);
   for (const std::string& setting : settings) {
     const size_t eq = setting.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -402,17 +402,25 @@ Result<std::vector<HostArray>> hint_arrays(const Variant& variant,
     }
     auto array = parse_array_values(*param, std::string_view(setting).substr(eq + 1), b, h);
     if (!array) return Error{"--set " + array.error().message};
-    arrays[param->slot] = std::move(*array);
-    given[param->slot] = true;
+    set.arrays[param->slot] = std::move(*array);
+    set.given[param->slot] = true;
   }
+  return set;
+}
+
+Result<std::vector<HostArray>> hint_arrays(const Variant& variant,
+                                           const std::vector<std::string>& settings, int32_t b,
+                                           int32_t h, std::vector<std::string>& scalar_settings) {
+  auto set = set_arrays(variant, settings, b, h, scalar_settings);
+  if (!set) return set.error();
   for (const RuntimeParam& param : variant.arrays) {
-    if (!given[param.slot] && ir::uses_array(variant.mask, param.slot)) {
+    if (!set->given[param.slot] && ir::uses_array(variant.mask, param.slot)) {
       return Error{fmt::format(
           "'{}' reads array parameter '{}' ({}[{}]): give it with --set {}=V,V,... (docs/hints.md)",
           variant.mask_name, param.name, param.name, fmt::join(param.dims, ", "), param.name)};
     }
   }
-  return arrays;
+  return std::move(set->arrays);
 }
 
 int print_hints(const Variant& variant, const std::string& label, const HostParams& params,

@@ -32,10 +32,18 @@ inline constexpr int64_t kExactPairsLimit = int64_t{1} << 22;
 // Maps of more tiles are refused.
 inline constexpr int64_t kMaxHintTiles = 4'000'000;
 
-// Parses the `--set` options that name array parameters of `variant` (parse_array_values,
-// for request b and head h) into host arrays by slot; arrays the mask does not read and that
-// are not given stay empty. The other options are appended to `scalar_settings`. Fails on bad
-// values or on an array the mask reads that is not given.
+// The `--set` options that name array parameters of `variant`, parsed (parse_array_values, for
+// requests up to b and heads up to h) into host arrays by slot, and which slots were given.
+// The other options are appended to `scalar_settings`. Fails on unknown names and bad values.
+struct SetArrays {
+  std::vector<HostArray> arrays;  // empty where not given
+  std::vector<bool> given;
+};
+Result<SetArrays> set_arrays(const Variant& variant, const std::vector<std::string>& settings,
+                             int32_t b, int32_t h, std::vector<std::string>& scalar_settings);
+
+// set_arrays for `flexjit hints`, which also fails on an array the mask reads that is not
+// given.
 Result<std::vector<HostArray>> hint_arrays(const Variant& variant,
                                            const std::vector<std::string>& settings, int32_t b,
                                            int32_t h, std::vector<std::string>& scalar_settings);

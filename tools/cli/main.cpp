@@ -795,8 +795,6 @@ int command_run(const std::string& path, RunOptions& options) {
   if (!selection) return report_error(selection.error());
   auto mask = flexjit::lower_variant(file.module, *selection);
   if (!mask) return report_error(mask.error());
-  auto params = parameter_values(*mask, options.settings);
-  if (!params) return report_error(params.error());
   auto query_lens = parse_int_list(options.query_lens, "--query-lens");
   if (!query_lens) return report_error(query_lens.error());
   auto context_lens = options.encoder
@@ -806,6 +804,13 @@ int command_run(const std::string& path, RunOptions& options) {
   if (context_lens->size() != query_lens->size()) {
     return report_error({"--query-lens and --context-lens need one entry per request"});
   }
+  const int num_reqs = static_cast<int>(query_lens->size());
+  std::vector<std::string> scalar_settings;
+  auto set = flexjit::cli::set_arrays(*mask, options.settings, std::max(num_reqs - 1, 0),
+                                      std::max(options.num_heads - 1, 0), scalar_settings);
+  if (!set) return report_error(set.error());
+  auto params = parameter_values(*mask, scalar_settings);
+  if (!params) return report_error(params.error());
 
   fj_context* context = nullptr;
   fj_program* program = nullptr;
@@ -832,6 +837,16 @@ int command_run(const std::string& path, RunOptions& options) {
   config.query_lens = *query_lens;
   config.context_lens = *context_lens;
   config.params = *params;
+  // Arrays given with --set replace the random ones (shaped by their dimensions).
+  if (std::find(set->given.begin(), set->given.end(), true) != set->given.end()) {
+    int max_seq_len = 0;
+    for (int r = 0; r < num_reqs; ++r)
+      max_seq_len = std::max(max_seq_len, (*query_lens)[r] + (*context_lens)[r]);
+    config.arrays = flexjit::random_arrays(mask->arrays, num_reqs, options.num_heads, max_seq_len,
+                                           options.seed);
+    for (size_t slot = 0; slot < set->given.size(); ++slot)
+      if (set->given[slot]) config.arrays[slot] = std::move(set->arrays[slot]);
+  }
   config.seed = options.seed;
   config.timing_iterations = options.iterations;
   config.check_bounds = options.check_bounds;
@@ -986,7 +1001,9 @@ int main(int argc, char** argv) {
       "run", "run a kernel on random paged inputs and check it against a float64 reference");
   run->add_option("file", path, "mask file")->required();
   add_kernel_options(run, run_options.kernel, true);
-  run->add_option("--set", run_options.settings, "runtime parameter NAME=VALUE");
+  run->add_option("--set", run_options.settings,
+                  "runtime parameter NAME=VALUE; arrays as in hints (V*N runs, ';' between rows), "
+                  "random where not given");
   run->add_option("--heads", run_options.num_heads, "query heads");
   run->add_option("--kv-heads", run_options.num_kv_heads, "kv heads (divides --heads)");
   run->add_option("--query-lens", run_options.query_lens, "new tokens per request, e.g. 1,7,300");
