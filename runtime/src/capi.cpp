@@ -501,7 +501,7 @@ bool valid_arch(std::string_view arch) {
 
 Failure compile_failure(const Error& error);
 
-// A mask-independent kernel (KV-cache write, merge_states, array summaries) for the current
+// A mask-independent kernel (KV-cache write, merge_states) for the current
 // device, compiled on first use and cached in the context: FJ_ERROR_CUDA without a device,
 // FJ_ERROR_COMPILE when NVRTC fails.
 std::optional<Failure> device_kernel(fj_context& context,
@@ -571,12 +571,26 @@ std::optional<Failure> check_workspace(const SummaryLayout& layout, const void* 
   return std::nullopt;
 }
 
+// The array-summary kernel for `kernel`'s architecture (the attention kernel's, which runs on
+// the same device), from the handle after the first call.
+std::optional<Failure> summary_kernel_of(fj_kernel& kernel, CompiledKernelPtr& summary_kernel) {
+  if (auto api = cuda::driver_api(); !api) return fail(FJ_ERROR_CUDA, api.error().message);
+  std::lock_guard lock(kernel.summary_mutex);
+  if (kernel.summary_kernel == nullptr) {
+    auto compiled = kernel.context->cache.get(array_summary_spec(kernel.config.arch));
+    if (!compiled) return compile_failure(compiled.error());
+    kernel.summary_kernel = *compiled;
+  }
+  summary_kernel = kernel.summary_kernel;
+  return std::nullopt;
+}
+
 // Enqueues the summaries of `layout` into `workspace` (the kernel's own buffer when null) and
 // points the parameter block's arrays at them.
 std::optional<Failure> enqueue_summaries(fj_kernel& kernel, const SummaryLayout& layout,
                                          void* workspace, fj::MaskParams& params, void* stream) {
   CompiledKernelPtr summary_kernel;
-  if (auto f = device_kernel(*kernel.context, array_summary_spec, summary_kernel)) return f;
+  if (auto f = summary_kernel_of(kernel, summary_kernel)) return f;
   char* base = static_cast<char*>(workspace);
   if (base == nullptr) {
     auto owned = kernel.workspace.get(layout.bytes);

@@ -63,6 +63,10 @@ struct fj_kernel {
   std::shared_ptr<const flexjit::ProgramKernel> entry;  // arrays and reads_array for launches
   // Summaries of launches that pass no workspace (per CUDA context; freed with the kernel).
   flexjit::WorkspacePool workspace;
+  // The array-summary kernel for this kernel's architecture, fetched on the first launch that
+  // summarises and kept, so later launches skip the cache lookup (and its source hash).
+  std::mutex summary_mutex;
+  std::shared_ptr<const flexjit::CompiledKernel> summary_kernel;
 };
 
 namespace flexjit {
