@@ -27,7 +27,9 @@ struct HintOptions {
 };
 
 // Matrices of at most this many (query, key) pairs (2048 x 2048) get the brute-force exactness
-// check without --exact: 0.1 to 5 s of one core, by the mask's size, split over all cores.
+// check without --exact. It evaluates the mask through HostCode (count_visible_pairs): a few
+// milliseconds with LLVM-compiled code, 0.1 to 5 s of one core with the evaluator (a build
+// without LLVM), by the mask's size, split over all cores.
 inline constexpr int64_t kExactPairsLimit = int64_t{1} << 22;
 // Maps of more tiles are refused.
 inline constexpr int64_t kMaxHintTiles = 4'000'000;

@@ -89,8 +89,10 @@ TileMap build_tile_map(const Variant& variant, const TileShape& shape, const fj:
 // ---------------------------------------------------------------------------------------------
 // Brute force: the oracle
 
-// Visible (query, key) pairs of every tile (rows() x cols(), row-major), counted with
-// evaluate_mask on each pair. q_len x kv_len evaluations, split by rows of tiles over `threads`
+// Visible (query, key) pairs of every tile (rows() x cols(), row-major), counted with the
+// variant's host code (host_code.h: the LLVM-compiled mask, else the evaluator; the same
+// results either way) on each pair. q_len x kv_len evaluations, split by rows of tiles over
+// `threads`
 // workers (0: one per hardware thread).
 std::vector<int64_t> count_visible_pairs(const Variant& variant, const TileShape& shape,
                                          const fj::MaskParams* params, unsigned threads = 0);

@@ -1,0 +1,16 @@
+// Internal to flexjit_codegen, built only with LLVM: the LLVM host code generator behind
+// make_host_code (host_code.h).
+#pragma once
+
+#include <memory>
+
+#include "flexjit/compiler/host_code.h"
+
+namespace flexjit {
+
+// The variant's mask and score compiled to native row functions by LLVM (ORC LLJIT, the O2
+// pipeline, the host CPU's features). Fails with LLVM's message when the host has no usable
+// target or compilation fails.
+Result<std::shared_ptr<const HostCode>> compile_native_host_code(const Variant& variant);
+
+}  // namespace flexjit
