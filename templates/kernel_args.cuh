@@ -13,6 +13,9 @@ namespace fj {
 constexpr int kPrefillBlockM = 64;
 constexpr int kPrefillBlockN = 64;
 constexpr int kPrefillThreads = 128;
+FJ_HD constexpr int prefill_block_m(int head_dim) {
+  return kPrefillBlockM;
+}
 
 // Shared memory: Q, K and V tiles of 16-bit elements, rows padded by 16 bytes so that
 // ldmatrix's eight row addresses fall in different banks.
@@ -22,6 +25,38 @@ FJ_HD constexpr int prefill_smem_row_elems(int head_dim) {
 FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim) {
   return 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
 }
+
+// Work lists of planned launches (fj_plan, DESIGN.md §5): the host planner writes them into
+// device memory, the kernels loop over them, so a launch's geometry does not depend on the
+// batch and a captured CUDA graph replays any batch that fits the plan.
+struct WorkCounts {
+  i32 prefill;  // PrefillWorkItem entries in use
+  i32 decode;   // DecodeWorkItem entries in use
+  i32 reserved[2];
+};
+
+// kPrefillBlockM packed query rows [row0, row0 + kPrefillBlockM) of one request and kv head.
+struct PrefillWorkItem {
+  i32 request;
+  i32 kv_head;
+  i32 row0;
+  i32 reserved;
+};
+
+// The decode kernel's unit: kDecodeRows packed query rows from row0 of one request and kv head,
+// over split `split` of `num_splits` equal parts of the tiles the rows may see. With several
+// splits, each writes its partial result to partial slot `partial + split` and the last to
+// finish merges them (merge counter `merge`).
+struct DecodeWorkItem {
+  i32 request;
+  i32 kv_head;
+  i32 row0;
+  i32 split;
+  i32 num_splits;
+  i32 partial;
+  i32 merge;
+  i32 reserved;
+};
 
 struct PagedPrefillArgs {
   const void* q;               // [num_tokens, num_heads, head_dim], head_dim contiguous
@@ -47,6 +82,35 @@ struct PagedPrefillArgs {
   float scale;             // softmax scale applied to q·k before score_mod
 
   MaskParams params;
+
+  // Planned launch (the persistent grid loops over the work list), or null: one CTA per
+  // (row tile, request, kv head) of the grid.
+  const WorkCounts* work_counts;
+  const PrefillWorkItem* work_items;
+};
+
+// The split-KV decode kernel (paged_decode.cuh): one CTA of four warps per work item, each warp
+// taking 16 of every kDecodeBlockN keys, K/V streamed through kDecodeStages-deep cp.async
+// stages. Queries of at most kDecodeMaxRows packed rows (query tokens times GQA group) take it.
+constexpr int kDecodeRows = 16;
+constexpr int kDecodeBlockN = 64;
+constexpr int kDecodeThreads = 128;
+constexpr int kDecodeMaxRows = 32;
+FJ_HD constexpr int decode_stages(int head_dim) {
+  return head_dim > 128 ? 2 : 3;
+}
+FJ_HD constexpr int paged_decode_smem_bytes(int head_dim) {
+  return (kDecodeRows + decode_stages(head_dim) * 2 * kDecodeBlockN) *
+         prefill_smem_row_elems(head_dim) * 2;
+}
+
+struct PagedDecodeArgs {
+  PagedPrefillArgs attention;  // shapes, pointers and parameters (its work list unused)
+  const WorkCounts* work_counts;
+  const DecodeWorkItem* work_items;
+  float* partial_out;   // [slot][kDecodeRows][head_dim], each split's normalised output
+  float* partial_lse;   // [slot][kDecodeRows]
+  i32* merge_counters;  // zero between launches: the merging CTA resets its counter
 };
 
 // KV-cache write: see kv_cache_write.cuh.

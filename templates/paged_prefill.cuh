@@ -89,8 +89,10 @@ __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigne
   }
 }
 
+// Packed query rows [row0, row0 + kPrefillBlockM) of `request` against kv head `kv_head`.
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
-__device__ void paged_prefill(const PagedPrefillArgs& args) {
+__device__ void prefill_block(const PagedPrefillArgs& args, const int request, const int kv_head,
+                              const int row0) {
   static_assert(kHeadDim % 16 == 0, "head dim must be a multiple of 16");
   static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16 (0: contiguous)");
   constexpr int kRow = prefill_smem_row_elems(kHeadDim);
@@ -105,15 +107,12 @@ __device__ void paged_prefill(const PagedPrefillArgs& args) {
   unsigned short* v_tile = k_tile + kTileElems;
 
   const Variant variant{};
-  const int request = blockIdx.y;
-  const int kv_head = blockIdx.z;
   const int group = args.num_heads / args.num_kv_heads;
   const int token_begin = args.query_start_loc[request];
   const int query_len = args.query_start_loc[request + 1] - token_begin;
   // Contiguous (encoder) sequences attend to themselves: as many keys as queries.
   const int seq_len = kPageSize == 0 ? query_len : args.seq_lens[request];
   const int packed_rows = query_len * group;
-  const int row0 = blockIdx.x * kPrefillBlockM;
   if (row0 >= packed_rows) return;
 
   // Logical position of query token t of this request (DESIGN.md §3).
@@ -329,6 +328,23 @@ __device__ void paged_prefill(const PagedPrefillArgs& args) {
       args.lse[token * args.lse_stride_token + row_head[i]] =
           total > 0.0f ? row_max[i] + logf(total) : neg_inf;
     }
+  }
+}
+
+// The kernel: one CTA per (row tile, request, kv head) of the grid, or, for a planned launch, a
+// persistent grid whose CTAs take the work list's items in turn.
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+__device__ void paged_prefill(const PagedPrefillArgs& args) {
+  if (args.work_items == nullptr) {
+    prefill_block<Variant, kHeadDim, kBF16, kPageSize>(args, blockIdx.y, blockIdx.z,
+                                                       blockIdx.x * kPrefillBlockM);
+    return;
+  }
+  const int count = args.work_counts->prefill;
+  for (int i = blockIdx.x; i < count; i += gridDim.x) {
+    const PrefillWorkItem item = args.work_items[i];
+    __syncthreads();  // every warp is done with the previous item's shared memory
+    prefill_block<Variant, kHeadDim, kBF16, kPageSize>(args, item.request, item.kv_head, item.row0);
   }
 }
 

@@ -15,47 +15,13 @@
 
 #include "cuda_driver.h"
 #include "flexjit/dsl/frontend.h"
+#include "capi_internal.h"
+#include "cpu_launch.h"
 #include "handles.h"
 #include "kernel_args.cuh"
 #include "summaries.h"
 
 namespace flexjit {
-
-namespace {
-
-// A failed call: its status and message.
-struct Failure {
-  fj_status status;
-  std::string message;
-};
-
-Failure fail(fj_status status, std::string message) {
-  return {status, std::move(message)};
-}
-
-// Runs `body` (which returns std::optional<Failure>: nullopt on success), records the message
-// of a failure on `context`, and turns any exception into a status.
-template <class Body>
-fj_status guarded(const fj_context* context, Body&& body) {
-  try {
-    std::optional<Failure> failure = body();
-    if (!failure) {
-      set_last_error(context, "");
-      return FJ_SUCCESS;
-    }
-    set_last_error(context, std::move(failure->message));
-    return failure->status;
-  } catch (const std::bad_alloc&) {
-    set_last_error(context, "out of host memory");
-    return FJ_ERROR_INTERNAL;
-  } catch (const std::exception& e) {
-    set_last_error(context, fmt::format("internal error: {}", e.what()));
-    return FJ_ERROR_INTERNAL;
-  } catch (...) {
-    set_last_error(context, "internal error: unknown exception");
-    return FJ_ERROR_INTERNAL;
-  }
-}
 
 std::optional<Failure> create_program(fj_context* context, dsl::Source source, fj_program** out) {
   std::vector<dsl::Diagnostic> diagnostics;
@@ -86,16 +52,6 @@ std::optional<Failure> create_program(fj_context* context, dsl::Source source, f
   return std::nullopt;
 }
 
-struct NamedPointer {
-  const char* name;
-  const void* pointer;
-};
-
-struct NamedValue {
-  const char* name;
-  int64_t value;
-};
-
 std::optional<Failure> require_non_null(std::initializer_list<NamedPointer> pointers) {
   for (const NamedPointer& p : pointers) {
     if (p.pointer == nullptr) {
@@ -105,38 +61,6 @@ std::optional<Failure> require_non_null(std::initializer_list<NamedPointer> poin
   return std::nullopt;
 }
 
-// An argument struct must be present and at least as large as this library's version of it.
-template <class Args>
-std::optional<Failure> check_args_struct(const char* name, const Args* args) {
-  if (args == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is null", name));
-  if (args->struct_size < sizeof(Args)) {
-    return fail(FJ_ERROR_INVALID_ARGUMENT,
-                fmt::format("{}->struct_size is {}, expected at least {}", name, args->struct_size,
-                            sizeof(Args)));
-  }
-  return std::nullopt;
-}
-
-// An argument struct that grew: a caller built against an older header passes a shorter one
-// (at least `oldest` bytes, the first version's size), whose missing fields read as zero.
-template <class Args>
-std::optional<Failure> read_args_struct(const char* name, const Args* args, size_t oldest,
-                                        Args& out) {
-  if (args == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is null", name));
-  if (args->struct_size < oldest) {
-    return fail(FJ_ERROR_INVALID_ARGUMENT,
-                fmt::format("{}->struct_size is {}, expected at least {}", name, args->struct_size,
-                            oldest));
-  }
-  out = Args{};
-  std::memcpy(&out, args, std::min<size_t>(args->struct_size, sizeof(Args)));
-  return std::nullopt;
-}
-
-// The sizes of fj_paged_attention_args and fj_varlen_attention_args before the workspace
-// fields (FJ_VERSION 0.2).
-constexpr size_t kPagedArgsOldestSize = offsetof(fj_paged_attention_args, workspace);
-constexpr size_t kVarlenArgsOldestSize = offsetof(fj_varlen_attention_args, workspace);
 
 // Rows are moved in 16-byte pieces.
 std::optional<Failure> require_aligned_16(std::initializer_list<NamedPointer> pointers) {
@@ -165,6 +89,16 @@ std::optional<Failure> require_row_strides(std::initializer_list<NamedValue> str
           FJ_ERROR_INVALID_ARGUMENT,
           fmt::format("{} ({}) must be a non-negative multiple of 8 elements", s.name, s.value));
     }
+  }
+  return std::nullopt;
+}
+
+// fj_device of a context-level call (fj_kv_cache_write, fj_merge_states).
+std::optional<Failure> check_device(fj_device device) {
+  if (device != FJ_DEVICE_CUDA && device != FJ_DEVICE_CPU) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("device ({}) is neither FJ_DEVICE_CUDA nor FJ_DEVICE_CPU",
+                            static_cast<int>(device)));
   }
   return std::nullopt;
 }
@@ -612,15 +546,16 @@ std::optional<Failure> enqueue_summaries(fj_kernel& kernel, const SummaryLayout&
 }
 
 // Launches the attention kernel over `num_sequences` sequences of at most `max_query_len`
-// query rows each, after the summaries of the arrays it reads (in `workspace`, or the kernel's
-// own buffer when null).
+// query rows each (`num_tokens` in all), after the summaries of the arrays it reads (in
+// `workspace`, or the kernel's own buffer when null). A CPU kernel runs here and now.
 std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs& device,
                                         void* workspace, uint64_t workspace_bytes,
                                         int32_t max_query_len, int32_t num_sequences,
-                                        void* stream) {
+                                        int32_t num_tokens, void* stream) {
   const int64_t group = device.num_heads / device.num_kv_heads;
   const int64_t packed_rows = int64_t{max_query_len} * group;
-  const int64_t q_tiles = (packed_rows + fj::kPrefillBlockM - 1) / fj::kPrefillBlockM;
+  const int64_t block_m = fj::prefill_block_m(kernel.config.head_dim);
+  const int64_t q_tiles = (packed_rows + block_m - 1) / block_m;
   if (q_tiles > 0x7fffffff) {
     return fail(FJ_ERROR_UNSUPPORTED, "the longest query times the GQA group is too large");
   }
@@ -628,6 +563,13 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
   if (!layout) return fail(FJ_ERROR_UNSUPPORTED, layout.error().message);
   if (auto f = check_workspace(*layout, workspace, workspace_bytes)) return f;
   if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
+  if (kernel.entry->cpu) {
+    if (auto f = cpu::launch_attention(*kernel.entry->cpu, *layout, device, workspace, num_tokens,
+                                       max_query_len)) {
+      return fail(f->status, std::move(f->message));
+    }
+    return std::nullopt;
+  }
   if (!layout->entries.empty()) {
     if (auto f = enqueue_summaries(kernel, *layout, workspace, device.params, stream)) return f;
   }
@@ -636,8 +578,6 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
                 fj::kPrefillThreads, fj::paged_prefill_smem_bytes(kernel.config.head_dim), stream,
                 &device);
 }
-
-}  // namespace
 
 void set_last_error(const fj_context* context, std::string message) {
   if (context == nullptr) return;
@@ -836,7 +776,9 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
     config.head_dim = desc->head_dim;
     config.bf16 = desc->dtype == FJ_DTYPE_BF16;
     config.page_size = desc->page_size;
-    if (desc->arch != nullptr) {
+    if (desc->arch != nullptr && desc->arch == flexjit::cpu::kArch) {
+      config.arch = flexjit::cpu::kArch;  // the CPU backend: no NVRTC, no device
+    } else if (desc->arch != nullptr) {
       if (!flexjit::valid_arch(desc->arch)) {
         return fail(FJ_ERROR_UNSUPPORTED,
                     fmt::format("arch '{}' is not of the form sm_NN or sm_NNa", desc->arch));
@@ -854,11 +796,18 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
     if (!entry) {
       auto variant = flexjit::program_variant(*program, flexjit::selection_of(*desc));
       if (!variant) return fail(FJ_ERROR_NOT_FOUND, variant.error().message);
-      auto result = context->cache.get(flexjit::prefill_kernel_spec(*variant, config));
-      if (!result) return flexjit::compile_failure(result.error());
       auto created = std::make_shared<flexjit::ProgramKernel>();
-      created->compiled = *result;
+      if (config.arch == flexjit::cpu::kArch) {
+        auto cpu = flexjit::cpu::make_cpu_kernel(*variant, config);
+        if (!cpu) return fail(FJ_ERROR_COMPILE, cpu.error().message);
+        created->cpu = *cpu;
+      } else {
+        auto result = context->cache.get(flexjit::prefill_kernel_spec(*variant, config));
+        if (!result) return flexjit::compile_failure(result.error());
+        created->compiled = *result;
+      }
       created->arrays = program->arrays;
+      created->variant = std::make_shared<const flexjit::Variant>(*variant);
       for (const flexjit::RuntimeParam& array : program->arrays) {
         created->reads_array.push_back(
             flexjit::ir::uses_array(variant->mask, array.slot) ||
@@ -885,7 +834,8 @@ FJ_API fj_status fj_kernel_destroy(fj_kernel* kernel) {
 
 FJ_API fj_status fj_kernel_name(const fj_kernel* kernel, const char** name) {
   if (kernel == nullptr || name == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
-  *name = kernel->compiled->name().c_str();
+  *name =
+      kernel->entry->cpu ? kernel->entry->cpu->name.c_str() : kernel->compiled->name().c_str();
   return FJ_SUCCESS;
 }
 
@@ -921,7 +871,7 @@ FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_
     fj::PagedPrefillArgs device;
     if (auto failure = flexjit::prepare_paged_args(*kernel, a, device)) return failure;
     return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes,
-                                     a.max_query_len, a.num_reqs, stream);
+                                     a.max_query_len, a.num_reqs, a.num_tokens, stream);
   });
 }
 
@@ -937,7 +887,7 @@ FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attentio
     fj::PagedPrefillArgs device;
     if (auto failure = flexjit::prepare_varlen_args(*kernel, a, device)) return failure;
     return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes, a.max_seq_len,
-                                     a.num_seqs, stream);
+                                     a.num_seqs, a.num_tokens, stream);
   });
 }
 
@@ -946,8 +896,12 @@ FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_
   return guarded(context, [&]() -> std::optional<Failure> {
     using flexjit::NamedValue;
     if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
-    if (auto f = flexjit::check_args_struct("args", args)) return f;
-    const fj_kv_cache_write_args& a = *args;
+    fj_kv_cache_write_args a;
+    if (auto f = flexjit::read_args_struct("args", args, offsetof(fj_kv_cache_write_args, device),
+                                           a)) {
+      return f;
+    }
+    if (auto f = flexjit::check_device(a.device)) return f;
     if (auto f = flexjit::require_non_negative(
             {{"num_tokens", a.num_tokens}, {"num_blocks", a.num_blocks}})) {
       return f;
@@ -986,9 +940,6 @@ FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_
     const int64_t blocks = (chunks + fj::kKvCacheWriteThreads - 1) / fj::kKvCacheWriteThreads;
     if (blocks > 0x7fffffff) return fail(FJ_ERROR_UNSUPPORTED, "too many tokens for one launch");
     if (blocks == 0) return std::nullopt;
-    flexjit::CompiledKernelPtr kernel;
-    if (auto f = flexjit::device_kernel(*context, flexjit::kv_cache_write_spec, kernel)) return f;
-
     fj::KvCacheWriteArgs device{};
     device.key = a.key;
     device.value = a.value;
@@ -1010,6 +961,12 @@ FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_
     device.num_kv_heads = a.num_kv_heads;
     device.head_dim = a.head_dim;
     device.page_size = a.page_size;
+    if (a.device == FJ_DEVICE_CPU) {
+      flexjit::cpu::kv_cache_write(device, flexjit::cpu::ThreadPool::shared());
+      return std::nullopt;
+    }
+    flexjit::CompiledKernelPtr kernel;
+    if (auto f = flexjit::device_kernel(*context, flexjit::kv_cache_write_spec, kernel)) return f;
     return flexjit::launch(*kernel, static_cast<unsigned>(blocks), 1, 1, fj::kKvCacheWriteThreads,
                            0, stream, &device);
   });
@@ -1019,8 +976,12 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
                                  void* stream) {
   return guarded(context, [&]() -> std::optional<Failure> {
     if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
-    if (auto f = flexjit::check_args_struct("args", args)) return f;
-    const fj_merge_states_args& a = *args;
+    fj_merge_states_args a;
+    if (auto f =
+            flexjit::read_args_struct("args", args, offsetof(fj_merge_states_args, device), a)) {
+      return f;
+    }
+    if (auto f = flexjit::check_device(a.device)) return f;
     if (a.dtype != FJ_DTYPE_BF16 && a.dtype != FJ_DTYPE_FP16) {
       return fail(FJ_ERROR_UNSUPPORTED,
                   fmt::format("dtype {} is not supported", static_cast<int>(a.dtype)));
@@ -1064,16 +1025,6 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
     const int64_t blocks = (chunks + fj::kMergeStatesThreads - 1) / fj::kMergeStatesThreads;
     if (blocks > 0x7fffffff) return fail(FJ_ERROR_UNSUPPORTED, "too many rows for one launch");
     if (blocks == 0) return std::nullopt;
-    flexjit::CompiledKernelPtr kernel;
-    if (auto f = flexjit::device_kernel(
-            *context,
-            a.dtype == FJ_DTYPE_BF16
-                ? +[](const std::string& arch) { return flexjit::merge_states_spec(true, arch); }
-                : +[](const std::string& arch) { return flexjit::merge_states_spec(false, arch); },
-            kernel)) {
-      return f;
-    }
-
     fj::MergeStatesArgs device{};
     device.out_a = a.out_a;
     device.lse_a = a.lse_a;
@@ -1093,6 +1044,20 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
     device.num_tokens = a.num_tokens;
     device.num_heads = a.num_heads;
     device.head_dim = a.head_dim;
+    if (a.device == FJ_DEVICE_CPU) {
+      flexjit::cpu::merge_states(device, a.dtype == FJ_DTYPE_BF16,
+                                 flexjit::cpu::ThreadPool::shared());
+      return std::nullopt;
+    }
+    flexjit::CompiledKernelPtr kernel;
+    if (auto f = flexjit::device_kernel(
+            *context,
+            a.dtype == FJ_DTYPE_BF16
+                ? +[](const std::string& arch) { return flexjit::merge_states_spec(true, arch); }
+                : +[](const std::string& arch) { return flexjit::merge_states_spec(false, arch); },
+            kernel)) {
+      return f;
+    }
     return flexjit::launch(*kernel, static_cast<unsigned>(blocks), 1, 1, fj::kMergeStatesThreads, 0,
                            stream, &device);
   });

@@ -35,6 +35,15 @@ class DeviceBuffer {
     return true;
   }
 
+  // Copies `bytes` into the start of the current allocation (which must hold them), keeping
+  // the address: what a captured CUDA graph needs of its buffers.
+  Result<bool> write(const void* data, size_t bytes) {
+    if (bytes == 0) return true;
+    const CUresult status = api_.cuMemcpyHtoD(pointer_, data, bytes);
+    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuMemcpyHtoD", status);
+    return true;
+  }
+
   // Fills every byte with `value` (poison for outputs).
   Result<bool> fill(size_t bytes, unsigned char value) {
     if (auto status = allocate(bytes); !status) return status;

@@ -16,41 +16,51 @@
 // the argument is macro-expanded where the list is used, so the table's members, their types
 // and the symbols looked up are all the versioned ones, and callers writing `api.cuMemAlloc`
 // reach the same member through the same macro.
-#define FJ_FOR_EACH_DRIVER_ENTRY(X) \
-  X(cuInit)                         \
-  X(cuDriverGetVersion)             \
-  X(cuDeviceGet)                    \
-  X(cuDeviceGetCount)               \
-  X(cuDeviceGetAttribute)           \
-  X(cuDeviceGetName)                \
-  X(cuDevicePrimaryCtxRetain)       \
-  X(cuDevicePrimaryCtxRelease)      \
-  X(cuCtxGetCurrent)                \
-  X(cuCtxSetCurrent)                \
-  X(cuCtxGetDevice)                 \
-  X(cuCtxSynchronize)               \
-  X(cuModuleLoadData)               \
-  X(cuModuleUnload)                 \
-  X(cuModuleGetFunction)            \
-  X(cuFuncSetAttribute)             \
-  X(cuFuncGetAttribute)             \
-  X(cuLaunchKernel)                 \
-  X(cuMemAlloc)                     \
-  X(cuMemFree)                      \
-  X(cuMemcpyHtoD)                   \
-  X(cuMemcpyDtoH)                   \
-  X(cuMemsetD8)                     \
-  X(cuMemsetD32)                    \
-  X(cuStreamCreate)                 \
-  X(cuStreamDestroy)                \
-  X(cuStreamSynchronize)            \
-  X(cuEventCreate)                  \
-  X(cuEventDestroy)                 \
-  X(cuEventRecord)                  \
-  X(cuEventSynchronize)             \
-  X(cuEventElapsedTime)             \
-  X(cuGetErrorName)                 \
-  X(cuGetErrorString)
+#define FJ_FOR_EACH_DRIVER_ENTRY(X)              \
+  X(cuInit)                                      \
+  X(cuDriverGetVersion)                          \
+  X(cuDeviceGet)                                 \
+  X(cuDeviceGetCount)                            \
+  X(cuDeviceGetAttribute)                        \
+  X(cuDeviceGetName)                             \
+  X(cuDevicePrimaryCtxRetain)                    \
+  X(cuDevicePrimaryCtxRelease)                   \
+  X(cuCtxGetCurrent)                             \
+  X(cuCtxSetCurrent)                             \
+  X(cuCtxGetDevice)                              \
+  X(cuCtxSynchronize)                            \
+  X(cuModuleLoadData)                            \
+  X(cuModuleUnload)                              \
+  X(cuModuleGetFunction)                         \
+  X(cuFuncSetAttribute)                          \
+  X(cuFuncGetAttribute)                          \
+  X(cuLaunchKernel)                              \
+  X(cuMemAlloc)                                  \
+  X(cuMemFree)                                   \
+  X(cuMemcpyHtoD)                                \
+  X(cuMemcpyDtoH)                                \
+  X(cuMemsetD8)                                  \
+  X(cuMemsetD32)                                 \
+  X(cuStreamCreate)                              \
+  X(cuStreamDestroy)                             \
+  X(cuStreamSynchronize)                         \
+  X(cuEventCreate)                               \
+  X(cuEventDestroy)                              \
+  X(cuEventRecord)                               \
+  X(cuEventSynchronize)                          \
+  X(cuEventElapsedTime)                          \
+  X(cuGetErrorName)                              \
+  X(cuGetErrorString)                            \
+  X(cuMemAllocHost)                              \
+  X(cuMemFreeHost)                               \
+  X(cuMemcpyHtoDAsync)                           \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+  X(cuStreamBeginCapture)                        \
+  X(cuStreamEndCapture)                          \
+  X(cuGraphInstantiate)                          \
+  X(cuGraphLaunch)                               \
+  X(cuGraphExecDestroy)                          \
+  X(cuGraphDestroy)
 
 namespace flexjit::cuda {
 

@@ -27,12 +27,20 @@ struct fj_context {
 
 namespace flexjit {
 
+namespace cpu {
+struct CpuKernel;  // cpu_attention.h
+}
+
 // A kernel handed out by a program, with what its launches check: the program's array
 // parameters and which of them the variant reads. Shared by every fj_kernel of one request.
+// A CUDA kernel has `compiled`; a CPU kernel (arch "cpu", docs/cpu.md) has `cpu` instead.
 struct ProgramKernel {
   std::shared_ptr<const CompiledKernel> compiled;
+  std::shared_ptr<const cpu::CpuKernel> cpu;
   std::vector<RuntimeParam> arrays;
   std::vector<bool> reads_array;  // by array slot
+  // The lowered variant, for the kernels a plan adds (the split-KV decode kernel).
+  std::shared_ptr<const Variant> variant;
 };
 
 }  // namespace flexjit

@@ -28,6 +28,12 @@ std::string prefill_kernel_name(std::string_view mask_name, const PrefillKernelC
 // Name, full CUDA source (variant struct + template instantiation), arch and NVRTC options.
 KernelSpec prefill_kernel_spec(const Variant& variant, const PrefillKernelConfig& config);
 
+// The split-KV decode kernel of a paged variant (paged_decode.cuh), which planned launches
+// (fj_plan) use for queries of at most fj::kDecodeMaxRows packed rows:
+// "decode_causal_hd128_bf16_page16_sm90a". config.page_size must be positive.
+std::string decode_kernel_name(std::string_view mask_name, const PrefillKernelConfig& config);
+KernelSpec decode_kernel_spec(const Variant& variant, const PrefillKernelConfig& config);
+
 // The mask-independent kernels: KV-cache write (one for every 16-bit dtype) and merge_states.
 KernelSpec kv_cache_write_spec(const std::string& arch);
 KernelSpec merge_states_spec(bool bf16, const std::string& arch);

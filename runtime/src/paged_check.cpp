@@ -5,12 +5,15 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <type_traits>
 
 #include <fmt/format.h>
 
 #include "check_support.h"
+#include "cpu_check.h"
 #include "cuda_driver.h"
 #include "handles.h"
 #include "reference.h"
@@ -18,14 +21,6 @@
 namespace flexjit {
 
 namespace {
-
-struct PagedInputs {
-  HostPagedBatch batch;  // what the reference reads (values rounded to the dtype)
-  std::vector<uint16_t> q_bits, k_bits, v_bits;
-  // Joint layouts: K and V share k_bits (v_bits stays empty) and V's element 0 is this many
-  // elements after K's; -1 while V has a buffer of its own.
-  int64_t v_offset = -1;
-};
 
 Result<PagedInputs> fill_values(const PagedCheckConfig& config, int num_blocks,
                                 std::mt19937_64& rng, PagedInputs& inputs);
@@ -221,7 +216,163 @@ void compare(const PagedCheckConfig& config, const HostPagedBatch& batch,
   report.relative_error = ref_sq > 0.0 ? std::sqrt(diff_sq / ref_sq) : std::sqrt(diff_sq);
 }
 
+// The plan shape that holds exactly `batch`.
+fj_plan_shape plan_shape_of(const fj_paged_attention_args& paged) {
+  fj_plan_shape shape{};
+  shape.struct_size = sizeof(shape);
+  shape.max_num_reqs = paged.num_reqs;
+  shape.max_num_tokens = paged.num_tokens;
+  shape.max_query_len = paged.max_query_len;
+  shape.num_heads = paged.num_heads;
+  shape.num_kv_heads = paged.num_kv_heads;
+  return shape;
+}
+
+struct PlanDeleter {
+  void operator()(fj_plan* plan) const { fj_plan_destroy(plan); }
+};
+using PlanPtr = std::unique_ptr<fj_plan, PlanDeleter>;
+
+// A CUDA graph of one fj_plan_run captured on `stream` (the plan's work list is read when the
+// graph runs, so the capture's batch does not matter).
+class CapturedRun {
+ public:
+  explicit CapturedRun(const cuda::DriverApi& api) : api_(api) {}
+  CapturedRun(const CapturedRun&) = delete;
+  CapturedRun& operator=(const CapturedRun&) = delete;
+  ~CapturedRun() {
+    if (exec_ != nullptr) api_.cuGraphExecDestroy(exec_);
+    if (graph_ != nullptr) api_.cuGraphDestroy(graph_);
+  }
+
+  Result<bool> capture(fj_context* context, fj_plan* plan, const fj_paged_attention_args& args,
+                       CUstream stream) {
+    CUresult status = api_.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuStreamBeginCapture", status);
+    const fj_status run = fj_plan_run(plan, &args, stream);
+    status = api_.cuStreamEndCapture(stream, &graph_);
+    if (run != FJ_SUCCESS) return Error{fj_context_last_error(context)};
+    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuStreamEndCapture", status);
+    status = api_.cuGraphInstantiate(&exec_, graph_, 0);
+    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuGraphInstantiate", status);
+    return true;
+  }
+
+  Result<bool> launch(CUstream stream) const {
+    const CUresult status = api_.cuGraphLaunch(exec_, stream);
+    if (status != CUDA_SUCCESS) return cuda::driver_error(api_, "cuGraphLaunch", status);
+    return true;
+  }
+
+ private:
+  const cuda::DriverApi& api_;
+  CUgraph graph_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+};
+
+struct StreamDeleter {
+  const cuda::DriverApi* api;
+  void operator()(CUstream stream) const { api->cuStreamDestroy(stream); }
+};
+using StreamPtr = std::unique_ptr<std::remove_pointer_t<CUstream>, StreamDeleter>;
+
+Result<StreamPtr> make_stream(const cuda::DriverApi& api) {
+  CUstream stream = nullptr;
+  const CUresult status = api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  if (status != CUDA_SUCCESS) return cuda::driver_error(api, "cuStreamCreate", status);
+  return StreamPtr(stream, StreamDeleter{&api});
+}
+
 }  // namespace
+
+Result<PagedInputs> make_paged_inputs(const PagedCheckConfig& config) {
+  std::mt19937_64 rng(config.seed);
+  return make_inputs(config, rng);
+}
+
+void compare_paged_outputs(const PagedCheckConfig& config, const HostPagedBatch& batch,
+                           const ReferenceOutput& reference, const std::vector<uint16_t>& out_bits,
+                           const std::vector<float>& lse, PagedCheckReport& report) {
+  compare(config, batch, reference, out_bits, lse, report);
+}
+
+fj_paged_attention_args paged_args(const HostPagedBatch& batch, const PagedInputs& inputs, void* q,
+                                   void* out, void* k, void* v, void* lse, void* qsl,
+                                   void* seq_lens, void* table,
+                                   const std::vector<fj_array>& arrays) {
+  fj_paged_attention_args paged{};
+  paged.struct_size = sizeof(paged);
+  paged.q = q;
+  paged.out = out;
+  paged.k_cache = k;
+  paged.v_cache = inputs.v_offset >= 0
+                      ? static_cast<const void*>(static_cast<const uint16_t*>(k) + inputs.v_offset)
+                      : v;
+  paged.query_start_loc = static_cast<const int32_t*>(qsl);
+  paged.seq_lens = static_cast<const int32_t*>(seq_lens);
+  paged.block_table = static_cast<const int32_t*>(table);
+  paged.lse = static_cast<float*>(lse);
+  paged.num_tokens = batch.num_tokens();
+  paged.num_reqs = batch.num_reqs();
+  paged.num_heads = batch.num_heads;
+  paged.num_kv_heads = batch.num_kv_heads;
+  for (int r = 0; r < batch.num_reqs(); ++r) {
+    paged.max_query_len =
+        std::max(paged.max_query_len, batch.query_start_loc[r + 1] - batch.query_start_loc[r]);
+  }
+  paged.max_blocks_per_req = batch.max_blocks_per_req;
+  paged.q_stride_token = int64_t{batch.num_heads} * batch.head_dim;
+  paged.q_stride_head = batch.head_dim;
+  paged.out_stride_token = paged.q_stride_token;
+  paged.out_stride_head = paged.q_stride_head;
+  paged.k_stride_block = batch.k.stride_block;
+  paged.k_stride_slot = batch.k.stride_slot;
+  paged.k_stride_head = batch.k.stride_head;
+  paged.v_stride_block = batch.v.stride_block;
+  paged.v_stride_slot = batch.v.stride_slot;
+  paged.v_stride_head = batch.v.stride_head;
+  paged.block_table_stride = batch.block_table_stride;
+  paged.lse_stride_token = batch.num_heads;
+  paged.scale = batch.scale;
+  paged.params = batch.params.data();
+  paged.num_params = static_cast<int32_t>(batch.params.size());
+  paged.arrays = arrays.data();
+  paged.num_arrays = static_cast<int32_t>(arrays.size());
+  return paged;
+}
+
+fj_varlen_attention_args varlen_args(const fj_paged_attention_args& paged,
+                                     const HostPagedBatch& batch) {
+  fj_varlen_attention_args varlen{};
+  varlen.struct_size = sizeof(varlen);
+  varlen.q = paged.q;
+  varlen.k = paged.k_cache;
+  varlen.v = paged.v_cache;
+  varlen.out = paged.out;
+  varlen.cu_seqlens = paged.query_start_loc;
+  varlen.lse = paged.lse;
+  varlen.num_tokens = paged.num_tokens;
+  varlen.num_seqs = paged.num_reqs;
+  varlen.num_heads = paged.num_heads;
+  varlen.num_kv_heads = paged.num_kv_heads;
+  varlen.max_seq_len = paged.max_query_len;
+  varlen.q_stride_token = paged.q_stride_token;
+  varlen.q_stride_head = paged.q_stride_head;
+  varlen.k_stride_token = batch.k.stride_block;
+  varlen.k_stride_head = batch.k.stride_head;
+  varlen.v_stride_token = batch.v.stride_block;
+  varlen.v_stride_head = batch.v.stride_head;
+  varlen.out_stride_token = paged.out_stride_token;
+  varlen.out_stride_head = paged.out_stride_head;
+  varlen.lse_stride_token = paged.lse_stride_token;
+  varlen.scale = paged.scale;
+  varlen.params = paged.params;
+  varlen.num_params = paged.num_params;
+  varlen.arrays = paged.arrays;
+  varlen.num_arrays = paged.num_arrays;
+  varlen.bad_index = paged.bad_index;
+  return varlen;
+}
 
 double relative_error_tolerance(fj_dtype dtype) {
   return dtype == FJ_DTYPE_BF16 ? 1e-2 : 2e-3;
@@ -375,79 +526,68 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
         {array.bits.empty() ? nullptr : buffer.get(), array.rows, array.cols, array.cols});
   }
 
-  fj_paged_attention_args paged{};
-  paged.struct_size = sizeof(paged);
-  paged.q = q.get();
-  paged.out = out.get();
-  paged.k_cache = k.get();
-  paged.v_cache =
-      inputs->v_offset >= 0
-          ? static_cast<const void*>(static_cast<const uint16_t*>(k.get()) + inputs->v_offset)
-          : v.get();
-  paged.query_start_loc = static_cast<const int32_t*>(qsl.get());
-  paged.seq_lens = static_cast<const int32_t*>(seq_lens.get());
-  paged.block_table = static_cast<const int32_t*>(table.get());
-  paged.lse = static_cast<float*>(lse.get());
-  paged.num_tokens = batch.num_tokens();
-  paged.num_reqs = batch.num_reqs();
-  paged.num_heads = batch.num_heads;
-  paged.num_kv_heads = batch.num_kv_heads;
-  paged.max_query_len = *std::max_element(config.query_lens.begin(), config.query_lens.end());
-  paged.max_blocks_per_req = batch.max_blocks_per_req;
-  paged.q_stride_token = int64_t{batch.num_heads} * batch.head_dim;
-  paged.q_stride_head = batch.head_dim;
-  paged.out_stride_token = paged.q_stride_token;
-  paged.out_stride_head = paged.q_stride_head;
-  paged.k_stride_block = batch.k.stride_block;
-  paged.k_stride_slot = batch.k.stride_slot;
-  paged.k_stride_head = batch.k.stride_head;
-  paged.v_stride_block = batch.v.stride_block;
-  paged.v_stride_slot = batch.v.stride_slot;
-  paged.v_stride_head = batch.v.stride_head;
-  paged.block_table_stride = batch.block_table_stride;
-  paged.lse_stride_token = batch.num_heads;
-  paged.scale = batch.scale;
-  paged.params = batch.params.data();
-  paged.num_params = static_cast<int32_t>(batch.params.size());
-  paged.arrays = arrays.data();
-  paged.num_arrays = static_cast<int32_t>(arrays.size());
+  fj_paged_attention_args paged =
+      paged_args(batch, *inputs, q.get(), out.get(), k.get(), v.get(), lse.get(), qsl.get(),
+                 seq_lens.get(), table.get(), arrays);
   paged.bad_index = config.check_bounds ? static_cast<int32_t*>(bad_index.get()) : nullptr;
 
   // The encoder call: K/V rows are the cache's one-token blocks (see make_inputs).
-  fj_varlen_attention_args varlen{};
-  varlen.struct_size = sizeof(varlen);
-  varlen.q = paged.q;
-  varlen.k = paged.k_cache;
-  varlen.v = paged.v_cache;
-  varlen.out = paged.out;
-  varlen.cu_seqlens = paged.query_start_loc;
-  varlen.lse = paged.lse;
-  varlen.num_tokens = paged.num_tokens;
-  varlen.num_seqs = paged.num_reqs;
-  varlen.num_heads = paged.num_heads;
-  varlen.num_kv_heads = paged.num_kv_heads;
-  varlen.max_seq_len = paged.max_query_len;
-  varlen.q_stride_token = paged.q_stride_token;
-  varlen.q_stride_head = paged.q_stride_head;
-  varlen.k_stride_token = batch.k.stride_block;
-  varlen.k_stride_head = batch.k.stride_head;
-  varlen.v_stride_token = batch.v.stride_block;
-  varlen.v_stride_head = batch.v.stride_head;
-  varlen.out_stride_token = paged.out_stride_token;
-  varlen.out_stride_head = paged.out_stride_head;
-  varlen.lse_stride_token = paged.lse_stride_token;
-  varlen.scale = paged.scale;
-  varlen.params = paged.params;
-  varlen.num_params = paged.num_params;
-  varlen.arrays = paged.arrays;
-  varlen.num_arrays = paged.num_arrays;
-  varlen.bad_index = paged.bad_index;
+  const fj_varlen_attention_args varlen = varlen_args(paged, batch);
 
-  auto launch = [&] {
-    return config.contiguous ? fj_varlen_attention(kernel, &varlen, nullptr)
-                             : fj_paged_attention(kernel, &paged, nullptr);
+  // Planned launches: a plan that holds exactly this batch, on a stream of its own (a legacy
+  // default stream cannot be captured).
+  PlanPtr plan;
+  auto stream_result = make_stream(api);
+  if (!stream_result) return stream_result.error();
+  CUstream stream = config.launch == PagedLaunch::Direct ? nullptr : stream_result->get();
+  CapturedRun graph(api);
+  DeviceBuffer workspace(api);
+  if (config.launch != PagedLaunch::Direct) {
+    if (config.contiguous) return Error{"planned launches are for paged kernels"};
+    const fj_plan_shape shape = plan_shape_of(paged);
+    fj_plan* created = nullptr;
+    if (fj_plan_create(kernel, &shape, &created) != FJ_SUCCESS) {
+      return Error{fj_context_last_error(context)};
+    }
+    plan.reset(created);
+    if (fj_plan_update(plan.get(), batch.query_start_loc.data(), batch.seq_lens.data(),
+                       batch.num_reqs(), batch.max_blocks_per_req, stream) != FJ_SUCCESS) {
+      return Error{fj_context_last_error(context)};
+    }
+    // A caller's workspace: the kernel's own buffer cannot be allocated while capturing.
+    uint64_t workspace_bytes = 0;
+    if (fj_attention_workspace_size(kernel, paged.arrays, paged.num_arrays, &workspace_bytes) !=
+        FJ_SUCCESS) {
+      return Error{fj_context_last_error(context)};
+    }
+    if (workspace_bytes > 0) {
+      if (auto status = workspace.fill(workspace_bytes, 0); !status) return status.error();
+      paged.workspace = workspace.get();
+      paged.workspace_bytes = workspace_bytes;
+    }
+    if (config.launch == PagedLaunch::Graph) {
+      if (auto status = graph.capture(context, plan.get(), paged, stream); !status) {
+        return status.error();
+      }
+    }
+  }
+  auto launch = [&]() -> Result<bool> {
+    fj_status status = FJ_SUCCESS;
+    switch (config.launch) {
+      case PagedLaunch::Direct:
+        status = config.contiguous ? fj_varlen_attention(kernel, &varlen, nullptr)
+                                   : fj_paged_attention(kernel, &paged, nullptr);
+        break;
+      case PagedLaunch::Planned:
+        status = fj_plan_run(plan.get(), &paged, stream);
+        break;
+      case PagedLaunch::Graph:
+        return graph.launch(stream);
+    }
+    if (status != FJ_SUCCESS) return Error{fj_context_last_error(context)};
+    return true;
   };
-  if (launch() != FJ_SUCCESS) return Error{fj_context_last_error(context)};
+  if (auto launched = launch(); !launched) return launched.error();
   if (const CUresult status = api.cuCtxSynchronize(); status != CUDA_SUCCESS) {
     return cuda::driver_error(api, "kernel execution", status);
   }
@@ -465,10 +605,11 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
     CUevent start, stop;
     api.cuEventCreate(&start, CU_EVENT_DEFAULT);
     api.cuEventCreate(&stop, CU_EVENT_DEFAULT);
-    api.cuEventRecord(start, nullptr);
-    for (int i = 0; i < config.timing_iterations; ++i)
-      launch();
-    api.cuEventRecord(stop, nullptr);
+    api.cuEventRecord(start, stream);
+    for (int i = 0; i < config.timing_iterations; ++i) {
+      if (auto launched = launch(); !launched) return launched.error();
+    }
+    api.cuEventRecord(stop, stream);
     api.cuEventSynchronize(stop);
     float ms = 0.0f;
     api.cuEventElapsedTime(&ms, start, stop);
@@ -480,7 +621,207 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   const ReferenceOutput reference = reference_paged_attention(*variant, batch);
   report.visible_pairs = reference.visible_pairs;
   compare(config, batch, reference, out_bits, lse_values, report);
+  if (config.compare_cpu) {
+    PagedCheckConfig untimed = config;
+    untimed.timing_iterations = 0;
+    untimed.check_bounds = false;
+    auto cpu = run_cpu_launch(context, program, untimed, *inputs);
+    if (!cpu) return cpu.error();
+    const OutputDifference difference =
+        output_difference(config.dtype, out_bits, lse_values, cpu->out_bits, cpu->lse);
+    report.cpu_relative_error = difference.relative;
+    report.cpu_lse_max_abs_error = difference.lse_max_abs;
+    report.cpu_mismatched_non_finite = difference.mismatched_non_finite;
+  }
   return report;
+}
+
+}  // namespace flexjit
+
+namespace flexjit {
+
+Result<std::vector<PagedCheckReport>> run_graph_replay_check(
+    fj_context* context, const fj_program* program, const std::vector<PagedCheckConfig>& steps_in) {
+  if (steps_in.empty()) return Error{"no steps"};
+  std::vector<PagedCheckConfig> steps = steps_in;
+  for (const PagedCheckConfig& step : steps) {
+    if (step.contiguous) return Error{"graph replays are for paged kernels"};
+    if (step.query_lens.size() != step.context_lens.size()) {
+      return Error{"query_lens and context_lens must be of equal length"};
+    }
+  }
+  // One array shape for every step: random arrays shaped for the largest.
+  if (steps[0].arrays.empty() && !program->arrays.empty()) {
+    int max_reqs = 0;
+    int max_seq_len = 0;
+    for (const PagedCheckConfig& step : steps) {
+      max_reqs = std::max(max_reqs, static_cast<int>(step.query_lens.size()));
+      for (size_t r = 0; r < step.query_lens.size(); ++r)
+        max_seq_len = std::max(max_seq_len, step.query_lens[r] + step.context_lens[r]);
+    }
+    const std::vector<HostArray> arrays =
+        random_arrays(program->arrays, max_reqs, steps[0].num_heads, max_seq_len, steps[0].seed);
+    for (PagedCheckConfig& step : steps)
+      step.arrays = arrays;
+  }
+  const PagedCheckConfig& first = steps[0];
+  VariantSelection selection;
+  selection.name = first.mask;
+  selection.score = first.score;
+  selection.defines = first.defines;
+  auto variant = program_variant(*program, selection);
+  if (!variant) return variant.error();
+
+  // Every step's inputs, then one table stride and block count that fit them all.
+  std::vector<PagedInputs> inputs;
+  int max_blocks = 1;
+  int64_t table_stride = 1;
+  size_t q_bytes = 16, k_bytes = 16, v_bytes = 16, rows = 1, table_bytes = 16, reqs = 1;
+  for (const PagedCheckConfig& step : steps) {
+    std::mt19937_64 rng(step.seed);
+    auto made = make_inputs(step, rng);
+    if (!made) return made.error();
+    inputs.push_back(std::move(*made));
+    const HostPagedBatch& batch = inputs.back().batch;
+    max_blocks = std::max(max_blocks, batch.max_blocks_per_req);
+    table_stride = std::max(table_stride, batch.block_table_stride);
+    q_bytes = std::max(q_bytes, inputs.back().q_bits.size() * 2);
+    k_bytes = std::max(k_bytes, inputs.back().k_bits.size() * 2);
+    v_bytes = std::max(v_bytes, inputs.back().v_bits.size() * 2);
+    rows = std::max(rows, static_cast<size_t>(batch.num_tokens()) * batch.num_heads);
+    reqs = std::max(reqs, static_cast<size_t>(batch.num_reqs()));
+  }
+  for (PagedInputs& in : inputs) {
+    // Re-lay each table at the common stride; the new columns hold garbage too.
+    HostPagedBatch& batch = in.batch;
+    std::vector<int32_t> table(batch.num_reqs() * table_stride, 0x7fffff00);
+    for (int r = 0; r < batch.num_reqs(); ++r) {
+      std::copy_n(batch.block_table.begin() + r * batch.block_table_stride,
+                  batch.block_table_stride, table.begin() + r * table_stride);
+    }
+    batch.block_table = std::move(table);
+    batch.block_table_stride = table_stride;
+    batch.max_blocks_per_req = max_blocks;
+    table_bytes = std::max(table_bytes, batch.block_table.size() * 4);
+  }
+
+  std::vector<fj_define> defines;
+  const fj_kernel_desc desc = kernel_desc(first, defines);
+  fj_kernel* kernel = nullptr;
+  if (fj_kernel_create(context, program, &desc, &kernel) != FJ_SUCCESS) {
+    return Error{fj_context_last_error(context)};
+  }
+  std::unique_ptr<fj_kernel, decltype(&fj_kernel_destroy)> kernel_owner(kernel, fj_kernel_destroy);
+  auto api_result = cuda::driver_api();
+  if (!api_result) return api_result.error();
+  const cuda::DriverApi& api = **api_result;
+  if (auto cu_context = cuda::current_or_primary_context(); !cu_context) {
+    return cu_context.error();
+  }
+  const size_t head_dim = first.head_dim;
+  DeviceBuffer q(api), k(api), v(api), out(api), lse(api), qsl(api), seq_lens(api), table(api),
+      workspace(api);
+  for (auto status :
+       {q.fill(q_bytes, 0), k.fill(k_bytes, 0), v.fill(v_bytes, 0),
+        out.fill(rows * head_dim * 2, 0xff), lse.fill(rows * 4, 0xff), qsl.fill((reqs + 1) * 4, 0),
+        seq_lens.fill(reqs * 4, 0), table.fill(table_bytes, 0)}) {
+    if (!status) return status.error();
+  }
+  std::deque<DeviceBuffer> array_buffers;
+  std::vector<fj_array> arrays;
+  for (const HostArray& array : inputs[0].batch.arrays) {
+    DeviceBuffer& buffer = array_buffers.emplace_back(api);
+    if (!array.bits.empty()) {
+      if (auto status = buffer.upload(array.bits.data(), array.bits.size() * 4); !status) {
+        return status.error();
+      }
+    }
+    arrays.push_back(
+        {array.bits.empty() ? nullptr : buffer.get(), array.rows, array.cols, array.cols});
+  }
+
+  // The captured arguments: the largest batch's counts over the shared buffers.
+  fj_paged_attention_args paged =
+      paged_args(inputs[0].batch, inputs[0], q.get(), out.get(), k.get(), v.get(), lse.get(),
+                 qsl.get(), seq_lens.get(), table.get(), arrays);
+  fj_plan_shape shape{};
+  shape.struct_size = sizeof(shape);
+  for (const PagedInputs& in : inputs) {
+    const fj_paged_attention_args step =
+        paged_args(in.batch, in, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                   nullptr, arrays);
+    shape.max_num_reqs = std::max(shape.max_num_reqs, step.num_reqs);
+    shape.max_num_tokens = std::max(shape.max_num_tokens, step.num_tokens);
+    shape.max_query_len = std::max(shape.max_query_len, step.max_query_len);
+  }
+  shape.num_heads = paged.num_heads;
+  shape.num_kv_heads = paged.num_kv_heads;
+  paged.num_reqs = shape.max_num_reqs;
+  paged.num_tokens = shape.max_num_tokens;
+  paged.max_query_len = shape.max_query_len;
+  uint64_t workspace_bytes = 0;
+  if (fj_attention_workspace_size(kernel, paged.arrays, paged.num_arrays, &workspace_bytes) !=
+      FJ_SUCCESS) {
+    return Error{fj_context_last_error(context)};
+  }
+  if (workspace_bytes > 0) {
+    if (auto status = workspace.fill(workspace_bytes, 0); !status) return status.error();
+    paged.workspace = workspace.get();
+    paged.workspace_bytes = workspace_bytes;
+  }
+
+  fj_plan* created = nullptr;
+  if (fj_plan_create(kernel, &shape, &created) != FJ_SUCCESS) {
+    return Error{fj_context_last_error(context)};
+  }
+  PlanPtr plan(created);
+  auto stream = make_stream(api);
+  if (!stream) return stream.error();
+  CapturedRun graph(api);
+  if (auto status = graph.capture(context, plan.get(), paged, stream->get()); !status) {
+    return status.error();
+  }
+
+  std::vector<PagedCheckReport> reports;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PagedInputs& in = inputs[i];
+    const HostPagedBatch& batch = in.batch;
+    const size_t step_rows = static_cast<size_t>(batch.num_tokens()) * batch.num_heads;
+    const std::vector<uint8_t> poison(rows * head_dim * 2, 0xff);
+    for (auto status : {q.write(in.q_bits.data(), in.q_bits.size() * 2),
+                        k.write(in.k_bits.data(), in.k_bits.size() * 2),
+                        v.write(in.v_bits.data(), in.v_bits.size() * 2),
+                        out.write(poison.data(), poison.size()), lse.write(poison.data(), rows * 4),
+                        qsl.write(batch.query_start_loc.data(), batch.query_start_loc.size() * 4),
+                        seq_lens.write(batch.seq_lens.data(), batch.seq_lens.size() * 4),
+                        table.write(batch.block_table.data(), batch.block_table.size() * 4)}) {
+      if (!status) return status.error();
+    }
+    if (fj_plan_update(plan.get(), batch.query_start_loc.data(), batch.seq_lens.data(),
+                       batch.num_reqs(), max_blocks, stream->get()) != FJ_SUCCESS) {
+      return Error{fj_context_last_error(context)};
+    }
+    if (auto status = graph.launch(stream->get()); !status) return status.error();
+    if (const CUresult status = api.cuStreamSynchronize(stream->get()); status != CUDA_SUCCESS) {
+      return cuda::driver_error(api, "graph replay", status);
+    }
+    std::vector<uint16_t> out_bits(step_rows * head_dim);
+    std::vector<float> lse_values(step_rows);
+    if (auto status = out.download(out_bits.data(), out_bits.size() * 2); !status) {
+      return status.error();
+    }
+    if (auto status = lse.download(lse_values.data(), lse_values.size() * 4); !status) {
+      return status.error();
+    }
+    PagedCheckReport report;
+    report.kernel_name = kernel->compiled->name();
+    report.num_tokens = batch.num_tokens();
+    const ReferenceOutput reference = reference_paged_attention(*variant, batch);
+    report.visible_pairs = reference.visible_pairs;
+    compare(steps[i], batch, reference, out_bits, lse_values, report);
+    reports.push_back(report);
+  }
+  return reports;
 }
 
 }  // namespace flexjit

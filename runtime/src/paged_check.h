@@ -23,6 +23,10 @@ namespace flexjit {
 // head's K row followed by its V row).
 enum class KvLayout { NHD, HND, NHD_JOINT, HND_JOINT, NHD_2D };
 
+// How a paged check launches: fj_paged_attention, or through a plan (fj_plan_update then
+// fj_plan_run), or a plan's run captured once in a CUDA graph and replayed.
+enum class PagedLaunch { Direct, Planned, Graph };
+
 struct PagedCheckConfig {
   std::string mask;   // a mask or a variant
   std::string score;  // a score to pair with a mask, or empty
@@ -45,7 +49,11 @@ struct PagedCheckConfig {
   uint64_t seed = 1;
   int timing_iterations = 0;  // > 0: also time this many launches
   bool check_bounds = false;  // pass a bad_index buffer: report the first out-of-range read
-  std::string arch;           // empty: the device's
+  // GPU checks: also run the CPU backend (cpu_check.h) on the same inputs and report how far
+  // the two outputs are apart (cpu_* fields of the report).
+  bool compare_cpu = false;
+  std::string arch;  // empty: the device's
+  PagedLaunch launch = PagedLaunch::Direct;
 };
 
 struct PagedCheckReport {
@@ -61,7 +69,43 @@ struct PagedCheckReport {
   // With check_bounds: {reported, array slot, row, col} of the first out-of-range array read
   // of the checked launch (all 0 when every read was in range).
   int32_t bad_index[4] = {0, 0, 0, 0};
+  // With compare_cpu: ||out - cpu|| / ||cpu|| (Frobenius, finite pairs), the largest LSE
+  // difference, and the outputs or LSEs finite on one device only. -1: not compared.
+  double cpu_relative_error = -1;
+  double cpu_lse_max_abs_error = 0;
+  int64_t cpu_mismatched_non_finite = 0;
 };
+
+// A check's inputs on the host: what the reference reads (values rounded to the dtype) and the
+// 16-bit bits a launch gets.
+struct PagedInputs {
+  HostPagedBatch batch;
+  std::vector<uint16_t> q_bits, k_bits, v_bits;
+  // Joint layouts: K and V share k_bits (v_bits stays empty) and V's element 0 is this many
+  // elements after K's; -1 while V has a buffer of its own.
+  int64_t v_offset = -1;
+};
+
+// The inputs run_paged_check makes for `config` (whose arrays must be given): the same config
+// gives the same inputs, so another device (the CPU backend, cpu_check.h) can run them too.
+Result<PagedInputs> make_paged_inputs(const PagedCheckConfig& config);
+
+// Compares a launch's outputs over `batch` (out [tokens][heads][head_dim] bits, lse
+// [tokens][heads]) with the reference, filling the report's error fields as run_paged_check does.
+void compare_paged_outputs(const PagedCheckConfig& config, const HostPagedBatch& batch,
+                           const ReferenceOutput& reference, const std::vector<uint16_t>& out_bits,
+                           const std::vector<float>& lse, PagedCheckReport& report);
+
+// The paged call's arguments over buffers (device or host) holding `inputs`' batch, V at
+// v_offset elements into the K buffer for joint layouts; bad_index and workspace null.
+fj_paged_attention_args paged_args(const HostPagedBatch& batch, const PagedInputs& inputs, void* q,
+                                   void* out, void* k, void* v, void* lse, void* qsl,
+                                   void* seq_lens, void* table,
+                                   const std::vector<fj_array>& arrays);
+
+// The encoder call over the same buffers: K/V rows are the batch's one-token blocks.
+fj_varlen_attention_args varlen_args(const fj_paged_attention_args& paged,
+                                     const HostPagedBatch& batch);
 
 // Random contents for array parameters, shaped by their dimension names: `b` has one row per
 // request, `h` one per query head, `q`/`kv` one per position up to the longest sequence, any
@@ -78,6 +122,15 @@ fj_kernel_desc kernel_desc(const PagedCheckConfig& config, std::vector<fj_define
 // Requires a CUDA device. `program` must come from `context`.
 Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* program,
                                          const PagedCheckConfig& config);
+
+// The CUDA-graph contract of fj_plan (flexjit.h): one plan and one graph, captured once, then
+// for each step its batch written into the same device buffers, the plan updated from the
+// step's lengths and the graph replayed; each step's output is checked as run_paged_check
+// does. The steps share mask, dtype, head dim, page size, heads and layout; their arrays must
+// have one shape (give them explicitly, or none to get random ones shaped for the largest
+// step). Requires a CUDA device.
+Result<std::vector<PagedCheckReport>> run_graph_replay_check(
+    fj_context* context, const fj_program* program, const std::vector<PagedCheckConfig>& steps);
 
 // The tolerance DESIGN.md §9 sets for the relative error: 1e-2 for bf16, 2e-3 for fp16.
 double relative_error_tolerance(fj_dtype dtype);

@@ -4,14 +4,18 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <thread>
 
 namespace flexjit {
 
 namespace {
 
+// Keys whose mask (and score) one HostCode call evaluates.
+constexpr int kKeysPerCall = 256;
+
 // One (token, head) row of the output; returns the number of visible keys.
-int64_t reference_row(const Variant& variant, const HostPagedBatch& batch,
+int64_t reference_row(const Variant& variant, const HostCode& code, const HostPagedBatch& batch,
                       const fj::MaskParams& params, int request, int token, int head, double* out,
                       double* lse) {
   const int d = batch.head_dim;
@@ -27,19 +31,32 @@ int64_t reference_row(const Variant& variant, const HostPagedBatch& batch,
 
   std::vector<double> scores;
   std::vector<int> keys;
-  for (int kv = 0; kv < kv_end; ++kv) {
-    const EvalPoint point{request, head, q_pos, kv, &params};
-    if (!evaluate_mask(variant, point)) continue;
-    const int64_t block = block_row[kv / batch.page_size];
-    const int64_t slot = kv % batch.page_size;
-    double dot = 0.0;
-    for (int i = 0; i < d; ++i)
-      dot += double{q_row[i]} * batch.k.at(block, slot, kv_head, i);
-    const double scaled = dot * batch.scale;
-    scores.push_back(variant.has_score()
-                         ? double{evaluate_score(variant, static_cast<float>(scaled), point)}
-                         : scaled);
-    keys.push_back(kv);
+  uint8_t visible[kKeysPerCall];
+  float modified[kKeysPerCall];
+  for (int kv0 = 0; kv0 < kv_end; kv0 += kKeysPerCall) {
+    const int n = std::min(kKeysPerCall, kv_end - kv0);
+    code.mask_row(&params, request, head, q_pos, kv0, n, visible);
+    const size_t first = scores.size();
+    for (int i = 0; i < n; ++i) {
+      if (!visible[i]) continue;
+      const int kv = kv0 + i;
+      const int64_t block = block_row[kv / batch.page_size];
+      const int64_t slot = kv % batch.page_size;
+      double dot = 0.0;
+      for (int e = 0; e < d; ++e)
+        dot += double{q_row[e]} * batch.k.at(block, slot, kv_head, e);
+      scores.push_back(dot * batch.scale);
+      keys.push_back(kv);
+    }
+    if (!variant.has_score() || scores.size() == first) continue;
+    // The score modifier runs in float32, as in the kernel, over the chunk's keys (the masked
+    // ones get a score of 0 that is never used).
+    std::fill(modified, modified + n, 0.0f);
+    for (size_t j = first; j < scores.size(); ++j)
+      modified[keys[j] - kv0] = static_cast<float>(scores[j]);
+    code.score_row(&params, request, head, q_pos, kv0, n, modified);
+    for (size_t j = first; j < scores.size(); ++j)
+      scores[j] = modified[keys[j] - kv0];
   }
   std::fill(out, out + d, 0.0);
   if (scores.empty()) {
@@ -64,7 +81,8 @@ int64_t reference_row(const Variant& variant, const HostPagedBatch& batch,
 
 }  // namespace
 
-ReferenceOutput reference_paged_attention(const Variant& variant, const HostPagedBatch& batch) {
+ReferenceOutput reference_paged_attention(const Variant& variant, const HostCode& code,
+                                          const HostPagedBatch& batch) {
   const HostParams host_params(variant, batch.params, batch.arrays);
   const fj::MaskParams& params = host_params.params();
   ReferenceOutput result;
@@ -87,7 +105,7 @@ ReferenceOutput reference_paged_attention(const Variant& variant, const HostPage
       const auto [request, token] = rows[i];
       for (int h = 0; h < batch.num_heads; ++h) {
         const int64_t row = int64_t{token} * batch.num_heads + h;
-        local_visible += reference_row(variant, batch, params, request, token, h,
+        local_visible += reference_row(variant, code, batch, params, request, token, h,
                                        &result.out[row * batch.head_dim], &result.lse[row]);
       }
     }
@@ -102,6 +120,13 @@ ReferenceOutput reference_paged_attention(const Variant& variant, const HostPage
     thread.join();
   result.visible_pairs = visible;
   return result;
+}
+
+ReferenceOutput reference_paged_attention(const Variant& variant, const HostPagedBatch& batch) {
+  auto code = make_host_code(variant);
+  if (!code) code = make_host_code(variant, false);
+  if (!code) throw std::runtime_error("no host code for the reference: " + code.error().message);
+  return reference_paged_attention(variant, **code, batch);
 }
 
 }  // namespace flexjit

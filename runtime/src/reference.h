@@ -1,11 +1,13 @@
-// Naive double-precision paged attention (DESIGN.md §3): the reference that `flexjit run` and
-// the GPU tests compare kernels against. It reads the cache through the same strides as the
-// kernel and evaluates the mask with the IR evaluator, element by element, no tiling.
+// Naive double-precision paged attention (DESIGN.md §3): the reference that `flexjit run`, the
+// GPU tests and the CPU backend's tests compare against. It reads the cache through the same
+// strides as the kernel and evaluates the mask and score with the variant's HostCode a row of
+// keys at a time, every key of every row: no tiling, no kv range, no tile classes.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "flexjit/compiler/host_code.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/mask.h"
 
@@ -50,7 +52,14 @@ struct ReferenceOutput {
 
 // Runs on all hardware threads; deterministic.
 // Scores are scale * dot in double, then the variant's score modifier in float32 (as the
-// kernel applies it), then the mask.
+// kernel applies it), then the mask. `code` is the variant's host code (make_host_code); a
+// caller that wants the reference independent of the native code generator passes the
+// evaluator's (prefer_native = false).
+ReferenceOutput reference_paged_attention(const Variant& variant, const HostCode& code,
+                                          const HostPagedBatch& batch);
+
+// As above with make_host_code(variant): native code where flexjit has LLVM, else (or when
+// compiling fails) the evaluator.
 ReferenceOutput reference_paged_attention(const Variant& variant, const HostPagedBatch& batch);
 
 }  // namespace flexjit

@@ -25,8 +25,11 @@ int32_t slot_of(const char* name) {
   return slot;
 }
 
+// Also runs the CPU backend on the same inputs (require_correct compares the two outputs).
 flexjit::PagedCheckReport check(const flexjit::PagedCheckConfig& config) {
-  auto report = flexjit::run_paged_check(fixture().context, fixture().program, config);
+  flexjit::PagedCheckConfig with_cpu = config;
+  with_cpu.compare_cpu = true;
+  auto report = flexjit::run_paged_check(fixture().context, fixture().program, with_cpu);
   INFO((report ? std::string() : report.error().message));
   REQUIRE(report.ok());
   return *report;
@@ -44,6 +47,13 @@ void require_correct(const flexjit::PagedCheckConfig& config,
   CHECK(report.empty_rows_wrong == 0);
   CHECK(report.relative_error <= flexjit::relative_error_tolerance(config.dtype));
   CHECK(report.lse_max_abs_error <= 2e-2);
+  INFO(fmt::format("GPU vs CPU backend: rel diff {:.3e}, lse diff {:.3e}, finite on one only {}",
+                   report.cpu_relative_error, report.cpu_lse_max_abs_error,
+                   report.cpu_mismatched_non_finite));
+  CHECK(report.cpu_relative_error >= 0);
+  CHECK(report.cpu_relative_error <= flexjit::relative_error_tolerance(config.dtype));
+  CHECK(report.cpu_lse_max_abs_error <= 2e-2);
+  CHECK(report.cpu_mismatched_non_finite == 0);
 }
 
 }  // namespace

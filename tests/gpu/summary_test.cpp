@@ -185,8 +185,11 @@ Programs& programs() {
   return instance;
 }
 
+// Also against the CPU backend on the same inputs.
 void require_matches_reference(fj_program* program, const flexjit::PagedCheckConfig& config) {
-  auto report = flexjit::run_paged_check(device().context, program, config);
+  flexjit::PagedCheckConfig with_cpu = config;
+  with_cpu.compare_cpu = true;
+  auto report = flexjit::run_paged_check(device().context, program, with_cpu);
   INFO((report ? std::string() : report.error().message));
   REQUIRE(report.ok());
   INFO(fmt::format("{}: rel err {:.3e}, bad {}, empty rows wrong {}, lse err {:.3e}",
@@ -197,6 +200,12 @@ void require_matches_reference(fj_program* program, const flexjit::PagedCheckCon
   CHECK(report->empty_rows_wrong == 0);
   CHECK(report->relative_error <= flexjit::relative_error_tolerance(config.dtype));
   CHECK(report->lse_max_abs_error <= 2e-2);
+  INFO(fmt::format("GPU vs CPU backend: rel diff {:.3e}, lse diff {:.3e}, finite on one only {}",
+                   report->cpu_relative_error, report->cpu_lse_max_abs_error,
+                   report->cpu_mismatched_non_finite));
+  CHECK(report->cpu_relative_error <= flexjit::relative_error_tolerance(config.dtype));
+  CHECK(report->cpu_lse_max_abs_error <= 2e-2);
+  CHECK(report->cpu_mismatched_non_finite == 0);
 }
 
 }  // namespace

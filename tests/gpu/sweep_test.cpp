@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -26,6 +27,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -39,7 +41,18 @@ using flexjit::testing::fixture;
 
 // The axes, in this order in every space; the first kNumKernelAxes select the compiled kernel,
 // the others are launch shapes that one kernel serves.
-enum AxisId { kMask, kScore, kHeadDim, kDtype, kPageSize, kGroup, kLayout, kQueries, kNumAxes };
+enum AxisId {
+  kMask,
+  kScore,
+  kHeadDim,
+  kDtype,
+  kPageSize,
+  kGroup,
+  kLayout,
+  kQueries,
+  kLaunch,
+  kNumAxes
+};
 constexpr int kNumKernelAxes = kGroup;
 
 struct Axis {
@@ -68,18 +81,20 @@ const std::vector<std::string> kDtypes = {"bf16", "fp16"};
 const std::vector<std::string> kGroups = {"1", "2", "4", "8", "mqa"};
 
 const Space& paged_space() {
-  static const Space space{"paged",
-                           false,
-                           {{"mask",
-                             {"causal", "sliding", "prefix_lm", "rswa", "chunked", "document",
-                              "prefix_ranges", "bidirectional"}},
-                            {"score", kScores},
-                            {"head_dim", kHeadDims},
-                            {"dtype", kDtypes},
-                            {"page_size", {"16", "32", "64", "128", "256"}},
-                            {"gqa", kGroups},
-                            {"layout", {"NHD", "HND", "NHD_JOINT", "HND_JOINT", "NHD_2D"}},
-                            {"queries", {"decode", "prefill", "mixed", "long_context"}}}};
+  static const Space space{
+      "paged",
+      false,
+      {{"mask",
+        {"causal", "sliding", "prefix_lm", "rswa", "chunked", "document", "prefix_ranges",
+         "bidirectional"}},
+       {"score", kScores},
+       {"head_dim", kHeadDims},
+       {"dtype", kDtypes},
+       {"page_size", {"16", "32", "64", "128", "256"}},
+       {"gqa", kGroups},
+       {"layout", {"NHD", "HND", "NHD_JOINT", "HND_JOINT", "NHD_2D"}},
+       {"queries", {"decode", "prefill", "mixed", "long_context", "long_decode"}},
+       {"launch", {"direct", "planned", "graph"}}}};
   return space;
 }
 
@@ -93,7 +108,8 @@ const Space& encoder_space() {
                             {"page_size", {"contiguous"}},
                             {"gqa", kGroups},
                             {"layout", {"contiguous"}},
-                            {"queries", {"packed", "long"}}}};
+                            {"queries", {"packed", "long"}},
+                            {"launch", {"direct"}}}};
   return space;
 }
 
@@ -314,6 +330,11 @@ void add_lengths(const std::string& queries, Rng& rng, flexjit::PagedCheckConfig
       std::swap(config.query_lens[r], config.query_lens[other]);
       std::swap(config.context_lens[r], config.context_lens[other]);
     }
+  } else if (queries == "long_decode") {
+    // Few requests of one to four new tokens (decodes, speculative tokens) over thousands of
+    // keys: what planned launches split.
+    for (int r = rng.between(1, 2); r > 0; --r)
+      add(rng.between(1, 4), rng.between(1500, 3000));
   } else if (queries == "long_context") {
     // Few requests of several query tiles over keys spanning many pages.
     for (int r = rng.between(1, 2); r > 0; --r)
@@ -365,6 +386,9 @@ SweepCase make_case(const Space& space, const Row& row, int index, uint64_t seed
   config.page_size = space.contiguous ? 16 : std::stoi(value(kPageSize));
   std::tie(config.num_heads, config.num_kv_heads) = heads_of(value(kGroup));
   config.layout = layout_of(value(kLayout));
+  config.launch = value(kLaunch) == "planned" ? flexjit::PagedLaunch::Planned
+                  : value(kLaunch) == "graph" ? flexjit::PagedLaunch::Graph
+                                              : flexjit::PagedLaunch::Direct;
   config.seed = seed;
   Rng rng(seed);
   add_lengths(value(kQueries), rng, config);
@@ -445,6 +469,48 @@ std::string describe(const SweepCase& sweep_case) {
       sweep_case.window, config.seed, command);
 }
 
+// The split-KV decode kernels of the cases that launch through a plan, built on every hardware
+// thread: fj_plan_create compiles its kernel's, so each thread creates plans in turn.
+void precompile_decode(const std::vector<SweepCase>& cases) {
+  std::vector<const flexjit::PagedCheckConfig*> configs;
+  std::vector<std::string> keys;
+  for (const SweepCase& sweep_case : cases) {
+    const flexjit::PagedCheckConfig& config = sweep_case.config;
+    if (config.launch == flexjit::PagedLaunch::Direct) continue;
+    std::string key = kernel_key(config);
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+    keys.push_back(std::move(key));
+    configs.push_back(&config);
+  }
+  std::atomic<size_t> next = 0;
+  std::vector<std::string> errors(configs.size());
+  const auto work = [&] {
+    for (size_t i = next++; i < configs.size(); i = next++) {
+      std::vector<fj_define> defines;
+      const fj_kernel_desc desc = flexjit::kernel_desc(*configs[i], defines);
+      fj_kernel* kernel = nullptr;
+      fj_plan* plan = nullptr;
+      fj_plan_shape shape{sizeof(fj_plan_shape),   1, 1, 1, configs[i]->num_heads,
+                          configs[i]->num_kv_heads};
+      if (fj_kernel_create(fixture().context, fixture().program, &desc, &kernel) != FJ_SUCCESS ||
+          fj_plan_create(kernel, &shape, &plan) != FJ_SUCCESS) {
+        errors[i] = fj_context_last_error(fixture().context);
+      }
+      fj_plan_destroy(plan);
+      fj_kernel_destroy(kernel);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = std::max(1u, std::thread::hardware_concurrency()); t > 0; --t)
+    threads.emplace_back(work);
+  for (std::thread& thread : threads)
+    thread.join();
+  for (const std::string& error : errors) {
+    INFO(error);
+    CHECK(error.empty());
+  }
+}
+
 // Builds the distinct kernels of `cases` on every hardware thread, so that each check's
 // fj_kernel_create is a cache hit. Returns how many there were.
 size_t precompile(const std::vector<SweepCase>& cases) {
@@ -463,6 +529,7 @@ size_t precompile(const std::vector<SweepCase>& cases) {
                                          descs.size(), nullptr, nullptr);
   INFO(fj_context_last_error(fixture().context));
   REQUIRE(status == FJ_SUCCESS);
+  precompile_decode(cases);
   return descs.size();
 }
 
@@ -495,7 +562,9 @@ void run_sweep(const char* name, const std::vector<SweepCase>& all_cases) {
   for (const SweepCase& sweep_case : cases) {
     const flexjit::PagedCheckConfig& config = sweep_case.config;
     INFO(describe(sweep_case));
-    auto report = flexjit::run_paged_check(fixture().context, fixture().program, config);
+    flexjit::PagedCheckConfig with_cpu = config;  // the CPU backend runs the same inputs too
+    with_cpu.compare_cpu = true;
+    auto report = flexjit::run_paged_check(fixture().context, fixture().program, with_cpu);
     INFO((report ? std::string() : report.error().message));
     REQUIRE(report.ok());
     const double tolerance = flexjit::relative_error_tolerance(config.dtype);
@@ -509,9 +578,17 @@ void run_sweep(const char* name, const std::vector<SweepCase>& all_cases) {
     CHECK(report->empty_rows_wrong == 0);
     CHECK(report->relative_error <= tolerance);
     CHECK(report->lse_max_abs_error <= 2e-2);
-    const bool pass = report->visible_pairs > 0 && report->bad_outputs == 0 &&
-                      report->empty_rows_wrong == 0 && report->relative_error <= tolerance &&
-                      report->lse_max_abs_error <= 2e-2;
+    INFO(fmt::format("GPU vs CPU backend: rel diff {:.3e}, lse diff {:.3e}, finite on one only {}",
+                     report->cpu_relative_error, report->cpu_lse_max_abs_error,
+                     report->cpu_mismatched_non_finite));
+    CHECK(report->cpu_relative_error <= tolerance);
+    CHECK(report->cpu_lse_max_abs_error <= 2e-2);
+    CHECK(report->cpu_mismatched_non_finite == 0);
+    const bool pass =
+        report->visible_pairs > 0 && report->bad_outputs == 0 && report->empty_rows_wrong == 0 &&
+        report->relative_error <= tolerance && report->lse_max_abs_error <= 2e-2 &&
+        report->cpu_relative_error <= tolerance && report->cpu_lse_max_abs_error <= 2e-2 &&
+        report->cpu_mismatched_non_finite == 0;
     if (!pass) failed.push_back(sweep_case.index);
     Worst& dtype_worst = worst[config.dtype == FJ_DTYPE_BF16 ? "bf16" : "fp16"];
     ++dtype_worst.count;
@@ -579,7 +656,9 @@ TEST_CASE("the sweeps cover every value pair (full) and every value (reduced)", 
       CHECK(config.num_heads <= 8);
       int rows = 0;
       for (size_t r = 0; r < config.query_lens.size(); ++r) {
-        CHECK(config.query_lens[r] + config.context_lens[r] <= 640);
+        // Short enough for a fast reference; long decodes (a few rows each) up to 3k keys.
+        CHECK(config.query_lens[r] + config.context_lens[r] <=
+              (config.query_lens[r] <= 4 ? 3100 : 640));
         if (config.contiguous) CHECK(config.context_lens[r] == 0);
         rows += config.query_lens[r];
         // The reference evaluates the mask at every (row, key) and, for a visible one, a dot

@@ -14,7 +14,8 @@ from flexjit import _capi
 STRUCTS = {"fj_kernel_desc": _capi.KernelDesc,
            "fj_paged_attention_args": _capi.PagedAttentionArgs,
            "fj_varlen_attention_args": _capi.VarlenAttentionArgs,
-           "fj_param_info": _capi.ParamInfo, "fj_define": _capi.Define, "fj_array": _capi.ArrayArg}
+           "fj_param_info": _capi.ParamInfo, "fj_define": _capi.Define, "fj_array": _capi.ArrayArg,
+           "fj_plan_shape": _capi.PlanShape}
 ENUMS = {"fj_status": _capi.Status, "fj_dtype": _capi.Dtype, "fj_param_type": _capi.ParamType}
 ENUM_PREFIXES = {"fj_status": "FJ_ERROR_", "fj_dtype": "FJ_DTYPE_", "fj_param_type": "FJ_PARAM_"}
 

@@ -88,8 +88,11 @@ class WorkloadTableTest(unittest.TestCase):
         self.assertLess(len(W.select(ws, quick=True)), len(ws))
         self.assertEqual([w.name for w in W.select(ws, only="prefill_causal_8k")],
                          ["prefill_causal_8k"])
-        self.assertEqual({w.name for w in W.select(ws, only="decode_b64")},
-                         {"decode_b64_4k", "decode_b64_16k"})
+        self.assertEqual({w.name for w in W.select(ws, only="decode_b64_4k_")},
+                         {"decode_b64_4k_pages", "decode_b64_4k_mha", "decode_b64_4k_gqa8",
+                          "decode_b64_4k_mqa"})
+        self.assertEqual([w.name for w in W.select(ws, only="decode_b1_128k,decode_b4_128k")],
+                         ["decode_b1_128k", "decode_b4_128k"])
         self.assertEqual(W.select(ws, only="nothing"), [])
 
 

@@ -165,9 +165,32 @@ def workloads():
         out.append(Workload(name=f"decode_b64_{keys // 1024}k", kind="decode",
                             flexjit_mask="causal", mask="causal", score=None,
                             requests=((1, keys),) * 64, page_sizes=(16,), quick=keys == 4096))
+        out.append(Workload(name=f"decode_b64_{keys // 1024}k_pages", kind="decode",
+                            flexjit_mask="causal", mask="causal", score=None,
+                            requests=((1, keys),) * 64, page_sizes=(64, 256)))
+    # Few long requests: split-KV keeps every SM busy.
+    for reqs in (1, 4):
+        out.append(Workload(name=f"decode_b{reqs}_128k", kind="decode", flexjit_mask="causal",
+                            mask="causal", score=None, requests=((1, 131072),) * reqs,
+                            page_sizes=(16,), quick=reqs == 1))
+    # GQA ratios 1 and 8 and MQA beside the 32/8 above: packed into the MMA's rows.
+    for heads, kv_heads, label in ((32, 32, "mha"), (64, 8, "gqa8"), (32, 1, "mqa")):
+        out.append(Workload(name=f"decode_b64_4k_{label}", kind="decode", flexjit_mask="causal",
+                            mask="causal", score=None, requests=((1, 4096),) * 64,
+                            num_heads=heads, num_kv_heads=kv_heads, page_sizes=(16,)))
+    # A sliding window reads only its pages: time should follow the window, not the context.
+    out.append(Workload(name=f"decode_b64_16k_sliding{WINDOW}", kind="decode",
+                        flexjit_mask="sliding", mask="sliding", score=None,
+                        requests=((1, 16384),) * 64, params={"window": WINDOW},
+                        page_sizes=(16,)))
     out.append(Workload(name="mixed_4x2k_chunks+60_decodes", kind="mixed", flexjit_mask="causal",
                         mask="causal", score=None,
                         requests=((2048, 4096),) * 4 + ((1, 4096),) * 60, quick=True))
+    # The mixed batch's two parts alone, each its best case.
+    out.append(Workload(name="mixed_part_4x2k_chunks", kind="mixed", flexjit_mask="causal",
+                        mask="causal", score=None, requests=((2048, 4096),) * 4))
+    out.append(Workload(name="mixed_part_60_decodes", kind="decode", flexjit_mask="causal",
+                        mask="causal", score=None, requests=((1, 4096),) * 60))
     for head_dim in (64, 256):
         out.append(_prefill("causal", 8192, head_dim=head_dim, suffix=f"_hd{head_dim}",
                             quick=head_dim == 64))
@@ -413,10 +436,14 @@ def results_table(rows):
 def metadata_table(rows):
     """Per workload: flexjit's host time per launch beside create_block_mask's time."""
     lines = ["| workload | flexjit launch (host µs, prepared) | flexjit call (host µs, "
-             "checks + launch) | flex create_block_mask (ms) |", "|---|---|---|---|"]
+             "checks + launch) | plan update (host µs) | plan run (host µs) | graph replay (ms) "
+             "| flexjit kernel (ms) | flex create_block_mask (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['workload']} | {_number(r.get('launch_us'), 1)} | "
-                     f"{_number(r.get('call_us'), 1)} | {_number(r.get('block_mask_ms'), 2)} |")
+                     f"{_number(r.get('call_us'), 1)} | {_number(r.get('plan_us'), 1)} | "
+                     f"{_number(r.get('run_us'), 1)} | {_number(r.get('graph_ms'), 3)} | "
+                     f"{_number(r.get('kernel_ms'), 3)} | {_number(r.get('block_mask_ms'), 2)} |")
     return "\n".join(lines)
 
 

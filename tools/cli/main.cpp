@@ -19,6 +19,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "disk_cache.h"
@@ -34,6 +35,8 @@
 #include "kernel_args.cuh"
 #include "kernel_source.h"
 #include "nvrtc_compiler.h"
+#include "cpu_check.h"
+#include "cuda_driver.h"
 #include "paged_check.h"
 
 extern char** environ;
@@ -786,7 +789,13 @@ struct RunOptions {
   bool check_bounds = false;  // report the first out-of-range array read
   uint64_t seed = 1;
   int iterations = 20;
+  std::string device;  // "cuda" or "cpu"; empty: cuda when a GPU is usable, else cpu
 };
+
+// A CUDA device this process can use: the driver loads and a context can be had.
+bool cuda_device_usable() {
+  return flexjit::cuda::driver_api().ok() && flexjit::cuda::current_or_primary_context().ok();
+}
 
 int command_run(const std::string& path, RunOptions& options) {
   const LoadedFile file = load_file(path);
@@ -850,7 +859,9 @@ int command_run(const std::string& path, RunOptions& options) {
   config.seed = options.seed;
   config.timing_iterations = options.iterations;
   config.check_bounds = options.check_bounds;
-  auto report = flexjit::run_paged_check(context, program, config);
+  const bool cpu = options.device.empty() ? !cuda_device_usable() : options.device == "cpu";
+  auto report = cpu ? flexjit::run_cpu_paged_check(context, program, config)
+                    : flexjit::run_paged_check(context, program, config);
   if (!report) return report_error(report.error());
 
   const double tolerance = flexjit::relative_error_tolerance(config.dtype);
@@ -858,6 +869,8 @@ int command_run(const std::string& path, RunOptions& options) {
                     report->empty_rows_wrong == 0;
   const double flops = 4.0 * options.kernel.head_dim * report->visible_pairs;
   fmt::print("kernel          {}\n", report->kernel_name);
+  fmt::print("device          {}\n",
+             cpu ? fmt::format("cpu ({} threads)", std::thread::hardware_concurrency()) : "cuda");
   fmt::print("batch           {} requests, {} query tokens, {} heads / {} kv heads, {} layout\n",
              query_lens->size(), report->num_tokens, options.num_heads, options.num_kv_heads,
              options.encoder ? "contiguous (encoder)" : options.layout);
@@ -876,7 +889,10 @@ int command_run(const std::string& path, RunOptions& options) {
       fmt::print("array bounds    every array read was in range\n");
     }
   }
-  if (report->kernel_ms > 0) {
+  if (report->kernel_ms > 0 && cpu) {
+    fmt::print("call time       {:.3f} ms ({:.1f} effective GFLOP/s over {} visible pairs)\n",
+               report->kernel_ms, flops / (report->kernel_ms * 1e-3) / 1e9, report->visible_pairs);
+  } else if (report->kernel_ms > 0) {
     fmt::print("kernel time     {:.4f} ms ({:.1f} effective TFLOP/s over {} visible pairs)\n",
                report->kernel_ms, flops / (report->kernel_ms * 1e-3) / 1e12, report->visible_pairs);
   }
@@ -998,7 +1014,8 @@ int main(int argc, char** argv) {
 
   RunOptions run_options;
   CLI::App* run = app.add_subcommand(
-      "run", "run a kernel on random paged inputs and check it against a float64 reference");
+      "run",
+      "run a kernel (GPU or CPU) on random paged inputs and check it against a float64 reference");
   run->add_option("file", path, "mask file")->required();
   add_kernel_options(run, run_options.kernel, true);
   run->add_option("--set", run_options.settings,
@@ -1017,6 +1034,10 @@ int main(int argc, char** argv) {
   run->add_flag("--check-bounds", run_options.check_bounds,
                 "report the first array read outside its array (debug launch)");
   run->add_option("--iterations", run_options.iterations, "timed launches (0: no timing)");
+  run->add_option("--device", run_options.device,
+                  "where to run: cuda (a GPU) or cpu (the CPU backend, docs/cpu.md); default: "
+                  "cuda when a GPU is usable, else cpu")
+      ->check(CLI::IsMember({"cuda", "cpu"}));
 
   try {
     app.parse(argc, argv);

@@ -42,6 +42,11 @@ elif [ -x "$sanitizer" ]; then
   rc=$?
   echo "memcheck encoder/kv write/merge tests: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/sanitizer_ops.log" | tail -1)"
   [ "$rc" = 0 ] || status=1
+  "$sanitizer" --tool memcheck --error-exitcode 9 $bin/flexjit_tests_gpu "[plan]" \
+    >"$out/sanitizer_plan.log" 2>&1
+  rc=$?
+  echo "memcheck plan tests: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/sanitizer_plan.log" | tail -1)"
+  [ "$rc" = 0 ] || status=1
   "$sanitizer" --tool memcheck --error-exitcode 9 $bin/flexjit_tests_gpu "[sweep-reduced]" \
     >"$out/sanitizer_sweep.log" 2>&1
   rc=$?

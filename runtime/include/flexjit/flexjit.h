@@ -12,6 +12,9 @@
  *   once). Launching takes a CUDA stream and does no host-device synchronisation.
  * - The CUDA driver library is loaded at run time: everything except launching works on machines
  *   without a GPU (kernels are then compiled for an architecture named in fj_kernel_desc).
+ * - CPU backend (since 0.4, docs/cpu.md): a kernel created with arch "cpu" runs the same calls on
+ *   the host, synchronously, over host pointers; fj_kv_cache_write and fj_merge_states take
+ *   FJ_DEVICE_CPU in their args. No CUDA driver or NVRTC is involved.
  */
 #ifndef FLEXJIT_FLEXJIT_H_
 #define FLEXJIT_FLEXJIT_H_
@@ -30,7 +33,7 @@ extern "C" {
 #endif
 
 #define FJ_VERSION_MAJOR 0
-#define FJ_VERSION_MINOR 3
+#define FJ_VERSION_MINOR 4
 #define FJ_VERSION_PATCH 0
 /* Version as one integer: major * 10000 + minor * 100 + patch. */
 #define FJ_VERSION (FJ_VERSION_MAJOR * 10000 + FJ_VERSION_MINOR * 100 + FJ_VERSION_PATCH)
@@ -47,6 +50,13 @@ typedef enum fj_status {
 } fj_status;
 
 typedef enum fj_dtype { FJ_DTYPE_FP16 = 1, FJ_DTYPE_BF16 = 2 } fj_dtype;
+
+/* Where a context-level call (fj_kv_cache_write, fj_merge_states) runs, since 0.4. Attention
+ * calls run where their kernel was created for (fj_kernel_desc::arch). */
+typedef enum fj_device {
+  FJ_DEVICE_CUDA = 0, /* pointers are device memory; the call is enqueued on a CUDA stream */
+  FJ_DEVICE_CPU = 1   /* pointers are host memory; the call runs before it returns */
+} fj_device;
 
 typedef struct fj_context fj_context;
 typedef struct fj_program fj_program;
@@ -135,7 +145,9 @@ typedef struct fj_kernel_desc {
   int32_t page_size;        /* tokens per KV-cache block: a multiple of 16, at most 1024, for
                                fj_paged_attention; 0 for the contiguous-KV (encoder) kernel of
                                fj_varlen_attention */
-  const char* arch;         /* "sm_80", "sm_90a", ...; null: the current CUDA device's */
+  const char* arch;         /* "sm_80", "sm_90a", ...; null: the current CUDA device's; "cpu"
+                               (since 0.4): the CPU backend, whose launches run on the host
+                               over host pointers (fj_paged_attention) */
   const char* score;        /* name of a score to pair with `mask`; null or "" for none. Must be
                                null when `mask` names a variant (it names its own score) */
   const fj_define* defines; /* num_defines overrides of the program's consts; may be null */
@@ -143,7 +155,8 @@ typedef struct fj_kernel_desc {
 } fj_kernel_desc;
 
 /* Generates and compiles (or fetches from the context's cache) the attention kernel for
- * `desc`. Errors: FJ_ERROR_INVALID_ARGUMENT, FJ_ERROR_NOT_FOUND (unknown mask, variant, score
+ * `desc` (with arch "cpu": builds the mask's host code instead, FJ_ERROR_COMPILE if that
+ * fails). Errors: FJ_ERROR_INVALID_ARGUMENT, FJ_ERROR_NOT_FOUND (unknown mask, variant, score
  * or const, a score given with a variant, or a define value that is not a literal of its const's
  * type),
  * FJ_ERROR_UNSUPPORTED, FJ_ERROR_COMPILE, FJ_ERROR_CUDA (arch null and no usable device). */
@@ -154,8 +167,8 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
  * passed none: those launches must have completed. */
 FJ_API fj_status fj_kernel_destroy(fj_kernel* kernel);
 
-/* Readable kernel name, e.g. "prefill_sliding_hd128_bf16_page16_sm90a"; valid while the
- * kernel lives. */
+/* Readable kernel name, e.g. "prefill_sliding_hd128_bf16_page16_sm90a", or
+ * "cpu_prefill_sliding_hd128_bf16_page16" for a CPU kernel; valid while the kernel lives. */
 FJ_API fj_status fj_kernel_name(const fj_kernel* kernel, const char** name);
 
 /* A runtime array parameter at launch: dense row-major int32 or float32 elements in device
@@ -242,7 +255,18 @@ typedef struct fj_paged_attention_args {
   uint64_t workspace_bytes; /* size of workspace, in bytes */
 } fj_paged_attention_args;
 
-/* Enqueues the kernel on `stream` (a CUstream; null is the legacy default stream) in the
+/* CPU kernels (arch "cpu"): every pointer of the args (q, out, caches, query_start_loc,
+ * seq_lens, block_table, lse, arrays' data, bad_index, workspace) is host memory, with the same
+ * alignment and strides as for the GPU. The call runs the attention on the library's worker
+ * threads (one per hardware thread, shared by the process; concurrent calls take turns) and
+ * returns when it is done; `stream` is ignored. A workspace, when given, is host memory that
+ * receives the summaries (null: the call allocates its own). The checks are those below, and the
+ * host reads what a kernel cannot check: FJ_ERROR_INVALID_ARGUMENT also for a query_start_loc
+ * (cu_seqlens) that decreases, starts below 0 or ends past num_tokens, a request with more query
+ * rows than max_query_len (max_seq_len), a seq_len smaller than its request's query rows, or a
+ * negative block-table entry among those read. Results do not depend on the number of threads.
+ *
+ * Enqueues the kernel on `stream` (a CUstream; null is the legacy default stream) in the
  * current CUDA context, loading the module there on first use. Arrays the kernel reads along a
  * position dimension are first summarised on the same stream (see workspace; the summary kernel
  * is compiled on first use per context and cached). No host-device synchronisation.
@@ -293,7 +317,8 @@ typedef struct fj_varlen_attention_args {
   uint64_t workspace_bytes;
 } fj_varlen_attention_args;
 
-/* Enqueues an encoder kernel (page_size 0) on `stream`. Errors as fj_paged_attention, and
+/* Enqueues an encoder kernel (page_size 0) on `stream`; a CPU encoder kernel runs on the host
+ * over host pointers, as in fj_paged_attention. Errors as fj_paged_attention, and
  * FJ_ERROR_INVALID_ARGUMENT for a paged kernel. */
 FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attention_args* args,
                                      void* stream);
@@ -330,10 +355,16 @@ typedef struct fj_kv_cache_write_args {
   int64_t value_stride_token, value_stride_head;
   int64_t k_stride_block, k_stride_slot, k_stride_head;
   int64_t v_stride_block, v_stride_slot, v_stride_head;
+
+  /* Since 0.4 (a shorter struct_size reads it as FJ_DEVICE_CUDA). FJ_DEVICE_CPU: every pointer
+   * is host memory and the write is done when the call returns. */
+  fj_device device;
 } fj_kv_cache_write_args;
 
 /* Enqueues the cache write on `stream`, compiling its kernel for the current device on first
- * use. Errors: FJ_ERROR_INVALID_ARGUMENT, FJ_ERROR_COMPILE, FJ_ERROR_CUDA. */
+ * use; with FJ_DEVICE_CPU, writes on the host (stream ignored). Errors:
+ * FJ_ERROR_INVALID_ARGUMENT (also: a device that is neither value), FJ_ERROR_COMPILE,
+ * FJ_ERROR_CUDA. */
 FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_args* args,
                                    void* stream);
 
@@ -360,10 +391,15 @@ typedef struct fj_merge_states_args {
   int64_t out_b_stride_token, out_b_stride_head;
   int64_t out_stride_token, out_stride_head;
   int64_t lse_a_stride_token, lse_b_stride_token, lse_stride_token;
+
+  /* Since 0.4 (a shorter struct_size reads it as FJ_DEVICE_CUDA). FJ_DEVICE_CPU: every pointer
+   * is host memory and the merge is done when the call returns. */
+  fj_device device;
 } fj_merge_states_args;
 
-/* Enqueues the merge on `stream`, compiling its kernel for the current device on first use.
- * Errors: FJ_ERROR_INVALID_ARGUMENT, FJ_ERROR_UNSUPPORTED (dtype), FJ_ERROR_COMPILE,
+/* Enqueues the merge on `stream`, compiling its kernel for the current device on first use;
+ * with FJ_DEVICE_CPU, merges on the host (stream ignored). Errors: FJ_ERROR_INVALID_ARGUMENT
+ * (also: a device that is neither value), FJ_ERROR_UNSUPPORTED (dtype), FJ_ERROR_COMPILE,
  * FJ_ERROR_CUDA. */
 FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args* args,
                                  void* stream);
@@ -409,6 +445,71 @@ typedef struct fj_precompile_options {
 FJ_API fj_status fj_precompile(fj_context* context, const fj_program* program,
                                const fj_kernel_desc* descs, size_t count,
                                const fj_precompile_options* options, fj_status* statuses);
+
+/* ---- Planned launches: split-KV decode, mixed batches, CUDA graphs (DESIGN.md §5) ----------
+ *
+ * A plan turns host copies of a batch's lengths into work lists in device memory, and running
+ * it launches kernels that read those lists, with a geometry fixed by the plan's shape. An
+ * engine makes a plan per kernel and batch shape and, at every step, updates and runs it:
+ *
+ *   fj_plan_create(kernel, &shape, &plan);          once: compiles, allocates device memory
+ *   fj_plan_update(plan, qsl, seq_lens, n, max_blocks_per_req, stream);   host copies
+ *   fj_plan_run(plan, &args, stream);               or cuGraphLaunch of a captured run
+ *
+ * Requests of few packed query rows (query tokens times the GQA group at most 32: decodes,
+ * speculative tokens) take a split-KV decode kernel; when they would leave SMs idle the plan
+ * splits their keys into parts merged by LSE in a fixed order, so results do not depend on
+ * timing. Longer requests (prefill chunks, with their cached context) take the prefill kernel,
+ * tiles that see the most keys first. One run serves any mix of the two.
+ *
+ * CUDA graphs: fj_plan_run does no host-device synchronisation and allocates nothing, so it can
+ * be captured (pass args.workspace if the variant reads arrays over positions, see
+ * fj_paged_attention). The captured graph replays any later update of the same plan: update,
+ * write the new lengths and block table into the device buffers the captured args point to,
+ * then launch the graph, all on one stream. fj_plan_update itself is not captured.
+ */
+typedef struct fj_plan fj_plan;
+
+typedef struct fj_plan_shape {
+  uint32_t struct_size;  /* sizeof(fj_plan_shape) */
+  int32_t max_num_reqs;   /* requests per batch, at most */
+  int32_t max_num_tokens; /* query tokens per batch, at most */
+  int32_t max_query_len;  /* query tokens of one request, at most (1 for a decode-only plan) */
+  int32_t num_heads;
+  int32_t num_kv_heads; /* divides num_heads */
+} fj_plan_shape;
+
+/* Creates a plan for a paged kernel (page_size > 0) in the current CUDA context (device 0's
+ * primary one when the thread has none): compiles the split-KV decode kernel of the kernel's
+ * variant (cached like every kernel), sizes the launches from the device's SM count and
+ * allocates the work lists and split buffers (a few MiB at most). The plan holds on to
+ * `kernel`, which must outlive it. Errors: FJ_ERROR_INVALID_ARGUMENT (null pointers, a
+ * struct_size too small, negative or inconsistent shape, an encoder kernel), FJ_ERROR_UNSUPPORTED
+ * (a shape too large to index), FJ_ERROR_COMPILE, FJ_ERROR_CUDA. */
+FJ_API fj_status fj_plan_create(fj_kernel* kernel, const fj_plan_shape* shape, fj_plan** out);
+
+/* Frees the plan's memory (null is accepted); runs that use it must have completed. */
+FJ_API fj_status fj_plan_destroy(fj_plan* plan);
+
+/* Plans a batch from host copies of its lengths: query_start_loc[num_reqs + 1] (starting at 0,
+ * non-decreasing) and seq_lens[num_reqs] as in fj_paged_attention_args, and the block-table
+ * width the run will pass. Copies the work lists to the device on `stream`, ordered before
+ * the runs enqueued after it on that stream. The host arrays may be reused as soon as the call
+ * returns. Waits (on the host) only for the copy enqueued two updates before, if still
+ * pending. Errors: FJ_ERROR_INVALID_ARGUMENT (null pointers; more requests, tokens or a longer
+ * query than the shape allows; a decreasing query_start_loc; a seq_len shorter than its query
+ * or longer than max_blocks_per_req pages hold), FJ_ERROR_CUDA. A failed update leaves the
+ * previous plan in place. */
+FJ_API fj_status fj_plan_update(fj_plan* plan, const int32_t* query_start_loc,
+                                const int32_t* seq_lens, int32_t num_reqs,
+                                int32_t max_blocks_per_req, void* stream);
+
+/* Enqueues the planned attention on `stream`: the batch the last update described, over the
+ * device buffers of `args` (as in fj_paged_attention, whose checks apply; max_query_len is not
+ * used). args' heads must be the plan's, and num_reqs and num_tokens at least the last
+ * update's. No host-device synchronisation; CUDA-graph capturable (see above).
+ * Errors: as fj_paged_attention. */
+FJ_API fj_status fj_plan_run(fj_plan* plan, const fj_paged_attention_args* args, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

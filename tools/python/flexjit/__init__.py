@@ -24,10 +24,10 @@ from typing import NamedTuple, Optional, Tuple
 from . import _capi
 from ._arrays import Array, array_param_fields, describe, is_torch_tensor, paged_fields, \
     varlen_fields
-from ._capi import (ArrayArg, Define, Dtype, KernelDesc, PagedAttentionArgs, ParamType, Status,
-                    VarlenAttentionArgs, library)
+from ._capi import (ArrayArg, Define, Dtype, KernelDesc, PagedAttentionArgs, ParamType,
+                    PlanShape, Status, VarlenAttentionArgs, library)
 
-__all__ = ["Context", "Program", "Kernel", "Launch", "FlexjitError", "Status", "Dtype",
+__all__ = ["Context", "Program", "Kernel", "Launch", "Plan", "FlexjitError", "Status", "Dtype",
            "ParamType", "ParamInfo", "runtime_version", "library_path", "define_text"]
 
 
@@ -412,6 +412,17 @@ class Kernel(_Handle):
         return Launch(self, args, common.values, named, common.stream,
                       call="fj_varlen_attention")
 
+    def plan(self, *, max_num_reqs, max_num_tokens, max_query_len, num_heads, num_kv_heads):
+        """fj_plan_create: a plan for batches of at most this shape (in the current CUDA
+        context; compiles the variant's split-KV decode kernel)."""
+        shape = PlanShape(struct_size=ctypes.sizeof(PlanShape), max_num_reqs=int(max_num_reqs),
+                          max_num_tokens=int(max_num_tokens), max_query_len=int(max_query_len),
+                          num_heads=int(num_heads), num_kv_heads=int(num_kv_heads))
+        handle = ctypes.c_void_p()
+        _check(library().fj_plan_create(self.handle, ctypes.byref(shape), ctypes.byref(handle)),
+               self.context.handle, "fj_plan_create")
+        return Plan(self, handle.value)
+
     def varlen(self, q, k, v, cu_seqlens, *, stream=None, **options):
         """prepare_varlen() then launch on `stream` (as __call__); returns `out`."""
         launch = self.prepare_varlen(q, k, v, cu_seqlens, **options)
@@ -475,6 +486,59 @@ def _stream_handle(stream):
         return stream.__cuda_stream__()[1] or None
     raise TypeError(f"stream: expected an int handle, a torch.cuda.Stream or an object with "
                     f"__cuda_stream__, got {type(stream).__name__}")
+
+
+def _host_int32(values, name):
+    """A ctypes int32 array of a host sequence (list, tuple, numpy array, CPU torch tensor, or
+    a ctypes int32 array, taken as is: what a caller updating every step keeps)."""
+    if isinstance(values, ctypes.Array) and values._type_ is ctypes.c_int32:
+        return values, len(values)
+    if is_torch_tensor(values):
+        if values.device.type != "cpu":
+            raise ValueError(f"{name}: the plan takes host copies (a CPU tensor or a list)")
+        values = values.tolist()
+    values = [int(v) for v in values]
+    return (ctypes.c_int32 * max(1, len(values)))(*values), len(values)
+
+
+class Plan(_Handle):
+    """fj_plan: work lists for planned launches of one kernel (split-KV decode, mixed batches,
+    CUDA graphs). update() from host copies of the lengths, then run() a prepared Launch (or
+    replay a graph that captured one run)."""
+
+    _destroy = "fj_plan_destroy"
+
+    def __init__(self, kernel, handle):
+        super().__init__(handle)
+        self.kernel = kernel  # the plan uses the kernel: keep it alive
+
+    def update(self, query_start_loc, seq_lens, max_blocks_per_req, stream=None):
+        """fj_plan_update: query_start_loc (num_reqs + 1) and seq_lens (num_reqs) on the host;
+        the work lists are copied on `stream` (default: torch's current stream if torch is
+        loaded, else the legacy default stream)."""
+        qsl, n_qsl = _host_int32(query_start_loc, "query_start_loc")
+        lens, n = _host_int32(seq_lens, "seq_lens")
+        if n_qsl != n + 1:
+            raise ValueError(f"query_start_loc has {n_qsl} entries, seq_lens {n}: expected "
+                             f"one more")
+        _check(library().fj_plan_update(self.handle, qsl, lens, n, int(max_blocks_per_req),
+                                        _current_stream(stream)),
+               self.kernel.context.handle, "fj_plan_update")
+
+    def run(self, launch, stream=None):
+        """fj_plan_run over a Launch prepared by Kernel.prepare (same kernel)."""
+        handle = _stream_handle(stream) if stream is not None else launch._default_stream
+        _check(library().fj_plan_run(self.handle, launch._args_ref, handle),
+               self.kernel.context.handle, "fj_plan_run")
+
+
+def _current_stream(stream):
+    if stream is not None:
+        return _stream_handle(stream)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return torch.cuda.current_stream().cuda_stream or None
+    return None
 
 
 class Launch:

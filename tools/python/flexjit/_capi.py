@@ -182,6 +182,19 @@ def library_candidates():
     return [str(p) for p in found if p.is_file()] + [LIBRARY_NAME]
 
 
+class PlanShape(ctypes.Structure):
+    """fj_plan_shape."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("max_num_reqs", ctypes.c_int32),
+        ("max_num_tokens", ctypes.c_int32),
+        ("max_query_len", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("num_kv_heads", ctypes.c_int32),
+    ]
+
+
 def _declare(lib):
     p = ctypes.POINTER
     status = ctypes.c_int
@@ -207,6 +220,11 @@ def _declare(lib):
                                                  p(ctypes.c_uint64)]),
         "fj_paged_attention": (status, [kern, p(PagedAttentionArgs), ctypes.c_void_p]),
         "fj_varlen_attention": (status, [kern, p(VarlenAttentionArgs), ctypes.c_void_p]),
+        "fj_plan_create": (status, [kern, p(PlanShape), p(ctypes.c_void_p)]),
+        "fj_plan_destroy": (status, [ctypes.c_void_p]),
+        "fj_plan_update": (status, [ctypes.c_void_p, p(ctypes.c_int32), p(ctypes.c_int32),
+                                    ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]),
+        "fj_plan_run": (status, [ctypes.c_void_p, p(PagedAttentionArgs), ctypes.c_void_p]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

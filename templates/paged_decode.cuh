@@ -1,0 +1,382 @@
+// Split-KV paged decode (flash-decoding, DESIGN.md §5) for queries of a few packed rows: a
+// decode step, speculative tokens, or a short chunk times the GQA group. Work items come from
+// the planner (fj_plan): kDecodeRows packed rows of one request and kv head over one split of
+// the key tiles they may see. Packed rows are (token, head-in-group) pairs, so the query heads
+// that share a kv head share each K/V tile and fill the MMA's M dimension.
+//
+// A CTA of four warps streams the split's non-empty tiles of kDecodeBlockN keys through
+// kDecodeStages cp.async stages; warp w takes keys [16w, 16w + 16) of every tile with an online
+// softmax of its own, and the warps' states are combined at the end. Decode is bound by reading
+// K and V once, so what matters is keeping enough bytes in flight: stages ahead of the
+// computing one, several CTAs per SM, and splits that give every SM work.
+//
+// With one split the CTA writes the output. With several, each writes a float32 partial output
+// and LSE to its slot; the CTA that finishes last (a counter per item group, reset by it for
+// the next launch) merges the slots in split order, so the result does not depend on timing.
+#pragma once
+
+#include "fj_device.cuh"
+#include "fj_ops.cuh"
+#include "kernel_args.cuh"
+#include "paged_prefill.cuh"
+
+namespace fj {
+
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+__device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem& item,
+                            unsigned char* smem) {
+  static_assert(kHeadDim % 16 == 0, "head dim must be a multiple of 16");
+  static_assert(kPageSize > 0 && kPageSize % 16 == 0, "the decode kernel reads a paged cache");
+  static_assert(kDecodeBlockN == kPrefillBlockN && kDecodeThreads == kPrefillThreads,
+                "the decode kernel loads K/V tiles with the prefill kernel's loader");
+  constexpr int kRow = prefill_smem_row_elems(kHeadDim);
+  constexpr int kStages = decode_stages(kHeadDim);
+  constexpr int kTileElems = kDecodeBlockN * kRow;
+  constexpr int kKSteps = kHeadDim / 16;
+  constexpr int kNTilesO = kHeadDim / 8;
+  constexpr int kWarps = kDecodeThreads / 32;
+  static_assert(kWarps * 16 == kDecodeBlockN, "each warp takes 16 keys of a tile");
+
+  const PagedPrefillArgs& args = decode.attention;
+  unsigned short* q_tile = reinterpret_cast<unsigned short*>(smem);
+  unsigned short* stages = q_tile + kDecodeRows * kRow;  // [stage][K tile, V tile]
+
+  const Variant variant{};
+  const int request = item.request;
+  const int kv_head = item.kv_head;
+  const int group = args.num_heads / args.num_kv_heads;
+  const int token_begin = args.query_start_loc[request];
+  const int query_len = args.query_start_loc[request + 1] - token_begin;
+  const int seq_len = args.seq_lens[request];
+  const int packed_rows = query_len * group;
+  const int row0 = item.row0;
+  // The plan was made from host copies of the lengths; rows it names that the device's lengths
+  // do not have are skipped (the same for every split of the item, so merges stay consistent).
+  if (row0 >= packed_rows) return;
+
+  const int q_offset = seq_len - query_len;
+  const int last_row = min(row0 + kDecodeRows, packed_rows) - 1;
+  const int q_lo = q_offset + row0 / group;
+  const int q_hi = q_offset + last_row / group;
+  const int head_lo = kv_head * group + (last_row / group > row0 / group ? 0 : row0 % group);
+  const int head_hi =
+      kv_head * group + (last_row / group > row0 / group ? group - 1 : last_row % group);
+
+  const unsigned short* q = static_cast<const unsigned short*>(args.q);
+  {
+    constexpr int kChunksPerRow = kHeadDim / 8;
+    for (int c = threadIdx.x; c < kDecodeRows * kChunksPerRow; c += kDecodeThreads) {
+      const int row = c / kChunksPerRow;
+      const int chunk = c % kChunksPerRow;
+      const int packed = row0 + row;
+      const bool valid = packed < packed_rows;
+      const unsigned short* src = q;
+      if (valid) {
+        const i64 token = token_begin + packed / group;
+        const i64 head = kv_head * group + packed % group;
+        src = q + token * args.q_stride_token + head * args.q_stride_head + chunk * 8;
+      }
+      cp_async_16(q_tile + row * kRow + chunk * 8, src, valid);
+    }
+    cp_async_commit();
+  }
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int quad_row = lane / 4;
+  const int quad_col = lane % 4;
+  int row_q[2], row_head[2];
+  for (int i = 0; i < 2; ++i) {
+    const int packed = row0 + quad_row + i * 8;
+    // Rows past the request compute a copy of its last row, as in the prefill kernel.
+    const int source = packed < packed_rows ? packed : packed_rows - 1;
+    row_q[i] = q_offset + source / group;
+    row_head[i] = kv_head * group + source % group;
+  }
+
+  const i32* block_row = args.block_table + static_cast<i64>(request) * args.block_table_stride;
+  const unsigned short* k_cache = static_cast<const unsigned short*>(args.k_cache);
+  const unsigned short* v_cache = static_cast<const unsigned short*>(args.v_cache);
+  const i64 k_head_offset = static_cast<i64>(kv_head) * args.k_stride_head;
+  const i64 v_head_offset = static_cast<i64>(kv_head) * args.v_stride_head;
+  const i64 capacity = static_cast<i64>(args.max_blocks_per_req) * kPageSize;
+  const int kv_end = capacity >= seq_len ? seq_len : static_cast<int>(capacity);
+
+  // This split's share of the tiles the rows may see: equal parts in tile order.
+  const KvRange range =
+      kv_range_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi);
+  const int visible_end = min(range.hi, kv_end);
+  const int first_tile = range.lo / kDecodeBlockN;
+  const int end_tile =
+      range.lo < visible_end ? (visible_end + kDecodeBlockN - 1) / kDecodeBlockN : first_tile;
+  const int per_split = (end_tile - first_tile + item.num_splits - 1) / item.num_splits;
+  const int split_first = min(first_tile + item.split * per_split, end_tile);
+  const int split_end = min(split_first + per_split, end_tile);
+
+  constexpr bool kQInRegisters = kHeadDim <= 128;
+  constexpr int kQRegSteps = kQInRegisters ? kKSteps : 1;
+  const unsigned short* q_warp = q_tile + (lane % 16) * kRow + (lane / 16) * 8;
+  u32 q_frag[kQRegSteps][4];
+  cp_async_wait<0>();
+  __syncthreads();
+  if constexpr (kQInRegisters) {
+    for (int ks = 0; ks < kKSteps; ++ks)
+      ldmatrix_x4(q_frag[ks], q_warp + ks * 16);
+  }
+
+  float o[kNTilesO][4];
+  for (int j = 0; j < kNTilesO; ++j)
+    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  const float neg_inf = negative_infinity();
+  float row_max[2] = {neg_inf, neg_inf};
+  float row_sum[2] = {0.0f, 0.0f};
+
+  // Non-empty tiles of the current batch of kDecodeThreads tiles, in order: tile index * 4 +
+  // its TileClass. Classifying a batch first lets the loads run ahead over Empty tiles.
+  __shared__ int tile_list[kDecodeThreads];
+  __shared__ int warp_counts[kWarps];
+
+  const auto load_tile = [&](int entry, int stage) {
+    const int k0 = (entry >> 2) * kDecodeBlockN;
+    unsigned short* k_tile = stages + stage * 2 * kTileElems;
+    load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
+                                      k_head_offset, block_row, 0, k0, kv_end);
+    load_kv_tile<kHeadDim, kPageSize>(k_tile + kTileElems, v_cache, args.v_stride_block,
+                                      args.v_stride_slot, v_head_offset, block_row, 0, k0, kv_end);
+  };
+
+  for (int batch = split_first; batch < split_end; batch += kDecodeThreads) {
+    __syncthreads();  // the previous batch's list and stages are no longer read
+    {
+      const int own = batch + static_cast<int>(threadIdx.x);
+      TileClass own_class = TileClass::Empty;
+      if (own < split_end) {
+        const int own_k0 = own * kDecodeBlockN;
+        own_class = classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi,
+                                       own_k0, min(own_k0 + kDecodeBlockN, kv_end));
+      }
+      const bool keep = own_class != TileClass::Empty;
+      const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+      if (lane == 0) warp_counts[warp] = __popc(ballot);
+      __syncthreads();
+      int offset = __popc(ballot & ((1u << lane) - 1u));
+      for (int w = 0; w < warp; ++w)
+        offset += warp_counts[w];
+      if (keep) tile_list[offset] = own * 4 + static_cast<int>(own_class);
+    }
+    __syncthreads();
+    int count = 0;
+    for (int w = 0; w < kWarps; ++w)
+      count += warp_counts[w];
+
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < count) load_tile(tile_list[s], s);
+      cp_async_commit();
+    }
+    for (int i = 0; i < count; ++i) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // tile i has landed for every thread; tile i - 1's stage is free
+      if (i + kStages - 1 < count)
+        load_tile(tile_list[i + kStages - 1], (i + kStages - 1) % kStages);
+      cp_async_commit();
+
+      const int entry = tile_list[i];
+      const int k0 = (entry >> 2) * kDecodeBlockN;
+      const TileClass tile_class = static_cast<TileClass>(entry & 3);
+      const unsigned short* k_tile = stages + (i % kStages) * 2 * kTileElems;
+      const unsigned short* v_tile = k_tile + kTileElems;
+
+      // S = Q K^T for the 16 rows and this warp's 16 keys.
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        u32 q_smem_frag[4];
+        if constexpr (!kQInRegisters) ldmatrix_x4(q_smem_frag, q_warp + ks * 16);
+        const u32(&a)[4] = kQInRegisters ? q_frag[kQInRegisters ? ks : 0] : q_smem_frag;
+        u32 b[4];
+        ldmatrix_x4(b, k_tile + (warp * 16 + lane % 8 + (lane / 16) * 8) * kRow + ks * 16 +
+                           ((lane / 8) % 2) * 8);
+        mma_16816<kBF16>(s[0], a, b[0], b[1]);
+        mma_16816<kBF16>(s[1], a, b[2], b[3]);
+      }
+
+      const bool check_elements = tile_class == TileClass::Partial || k0 + kDecodeBlockN > kv_end;
+      float tile_max[2] = {neg_inf, neg_inf};
+      for (int j = 0; j < 2; ++j) {
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2;
+          const int kv = k0 + warp * 16 + j * 8 + quad_col * 2 + e % 2;
+          float x = s[j][e] * args.scale;
+          if constexpr (Variant::kHasScore) {
+            x = variant.score(args.params, x, request, row_head[r], row_q[r], kv);
+          }
+          if (check_elements &&
+              (kv >= kv_end || !variant.mask(args.params, request, row_head[r], row_q[r], kv))) {
+            x = neg_inf;
+          }
+          s[j][e] = x;
+          tile_max[r] = fmaxf(tile_max[r], x);
+        }
+      }
+      float max_scaled[2];
+      for (int r = 0; r < 2; ++r) {
+        const float new_max = fmaxf(row_max[r], quad_max(tile_max[r]));
+        max_scaled[r] = new_max == neg_inf ? 0.0f : new_max * kLog2e;
+        const float rescale = exp2f(row_max[r] * kLog2e - max_scaled[r]);
+        row_max[r] = new_max;
+        row_sum[r] *= rescale;
+        for (int j = 0; j < kNTilesO; ++j) {
+          o[j][2 * r] *= rescale;
+          o[j][2 * r + 1] *= rescale;
+        }
+      }
+      for (int j = 0; j < 2; ++j) {
+        for (int e = 0; e < 4; ++e) {
+          const float p = exp2f(s[j][e] * kLog2e - max_scaled[e / 2]);
+          s[j][e] = p;
+          row_sum[e / 2] += p;
+        }
+      }
+
+      // O += P V over the warp's 16 keys: one k16 step.
+      u32 p_frag[4];
+      p_frag[0] = pack_2x16<kBF16>(s[0][0], s[0][1]);
+      p_frag[1] = pack_2x16<kBF16>(s[0][2], s[0][3]);
+      p_frag[2] = pack_2x16<kBF16>(s[1][0], s[1][1]);
+      p_frag[3] = pack_2x16<kBF16>(s[1][2], s[1][3]);
+      for (int dp = 0; dp < kNTilesO / 2; ++dp) {
+        u32 b[4];
+        ldmatrix_x4_trans(b, v_tile + (warp * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kRow +
+                                 dp * 16 + (lane / 16) * 8);
+        mma_16816<kBF16>(o[2 * dp], p_frag, b[0], b[1]);
+        mma_16816<kBF16>(o[2 * dp + 1], p_frag, b[2], b[3]);
+      }
+    }
+    cp_async_wait<0>();  // only empty groups can be left; keeps the count simple per batch
+  }
+
+  // Combine the four warps' states through shared memory (the stages are free now).
+  __syncthreads();
+  float* warp_o = reinterpret_cast<float*>(stages);          // [warp][row][head_dim]
+  float* warp_m = warp_o + kWarps * kDecodeRows * kHeadDim;  // [warp][row]
+  float* warp_l = warp_m + kWarps * kDecodeRows;
+  for (int r = 0; r < 2; ++r) {
+    const float total = quad_sum(row_sum[r]);
+    const int row = quad_row + r * 8;
+    if (quad_col == 0) {
+      warp_m[warp * kDecodeRows + row] = row_max[r];
+      warp_l[warp * kDecodeRows + row] = total;
+    }
+    float* dst = warp_o + (warp * kDecodeRows + row) * kHeadDim + quad_col * 2;
+    for (int j = 0; j < kNTilesO; ++j) {
+      dst[j * 8] = o[j][2 * r];
+      dst[j * 8 + 1] = o[j][2 * r + 1];
+    }
+  }
+  __syncthreads();
+
+  // Thread t finishes row t / 8, dims [(t % 8) * kDims, +kDims).
+  constexpr int kParts = kDecodeThreads / kDecodeRows;
+  static_assert(kParts <= 32 && 32 % kParts == 0, "a row's threads are lanes of one warp");
+  constexpr int kDims = kHeadDim / kParts;
+  static_assert(kHeadDim % (kParts * 2) == 0, "each thread writes pairs of elements");
+  const int row = threadIdx.x / kParts;
+  const int d0 = (threadIdx.x % kParts) * kDims;
+  float m = neg_inf;
+  for (int w = 0; w < kWarps; ++w)
+    m = fmaxf(m, warp_m[w * kDecodeRows + row]);
+  float weight[kWarps];
+  float total = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    weight[w] = m == neg_inf ? 0.0f : exp2f((warp_m[w * kDecodeRows + row] - m) * kLog2e);
+    total += weight[w] * warp_l[w * kDecodeRows + row];
+  }
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  const float lse = total > 0.0f ? m + logf(total) : neg_inf;
+  float result[kDims];
+  for (int d = 0; d < kDims; ++d) {
+    float acc = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      acc += weight[w] * warp_o[(w * kDecodeRows + row) * kHeadDim + d0 + d];
+    result[d] = acc * inv;
+  }
+
+  const int packed = row0 + row;
+  const bool row_valid = packed < packed_rows;
+  const i64 token = token_begin + packed / group;
+  const i64 head = static_cast<i64>(kv_head) * group + packed % group;
+  unsigned short* out = static_cast<unsigned short*>(args.out);
+  const auto write_row = [&](const float* values, float row_lse) {
+    if (!row_valid) return;
+    u32* out_row =
+        reinterpret_cast<u32*>(out + token * args.out_stride_token + head * args.out_stride_head);
+    for (int d = 0; d < kDims; d += 2)
+      out_row[(d0 + d) / 2] = pack_2x16<kBF16>(values[d], values[d + 1]);
+    if (args.lse != nullptr && d0 == 0) args.lse[token * args.lse_stride_token + head] = row_lse;
+  };
+  if (item.num_splits == 1) {
+    write_row(result, lse);
+    return;
+  }
+
+  // Several splits: publish this one, and merge if it is the last of its group.
+  const i64 slot = item.partial + item.split;
+  float* partial_row = decode.partial_out + (slot * kDecodeRows + row) * kHeadDim + d0;
+  for (int d = 0; d < kDims; ++d)
+    partial_row[d] = result[d];
+  if (d0 == 0) decode.partial_lse[slot * kDecodeRows + row] = lse;
+  __threadfence();  // the partial is visible device-wide before the counter says so
+  __syncthreads();
+  __shared__ int is_last;
+  if (threadIdx.x == 0) {
+    is_last = atomicAdd(&decode.merge_counters[item.merge], 1) == item.num_splits - 1;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();  // order the reads of the other splits' partials after the counter
+
+  // Merge in split order: the same sums in the same order whichever split finishes last.
+  // The row's kParts threads (adjacent lanes) read its splits' LSEs in parallel and agree on
+  // their max; then each sums its dims over the splits, several splits' loads in flight at
+  // once (a split count in the tens is common for long contexts).
+  float merged_max = neg_inf;
+  for (int s = threadIdx.x % kParts; s < item.num_splits; s += kParts) {
+    merged_max =
+        fmaxf(merged_max, __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + row));
+  }
+  for (int lanes = 1; lanes < kParts; lanes *= 2)
+    merged_max = fmaxf(merged_max, __shfl_xor_sync(0xffffffffu, merged_max, lanes));
+  float merged_total = 0.0f;
+  for (int d = 0; d < kDims; ++d)
+    result[d] = 0.0f;
+  if (merged_max != neg_inf) {
+#pragma unroll 4
+    for (int s = 0; s < item.num_splits; ++s) {
+      const i64 other = item.partial + s;
+      const float w =
+          exp2f((__ldcg(decode.partial_lse + other * kDecodeRows + row) - merged_max) * kLog2e);
+      merged_total += w;
+      const float* other_row = decode.partial_out + (other * kDecodeRows + row) * kHeadDim + d0;
+      for (int d = 0; d < kDims; ++d)
+        result[d] += w * __ldcg(other_row + d);
+    }
+  }
+  const float merged_inv = merged_total > 0.0f ? 1.0f / merged_total : 0.0f;
+  for (int d = 0; d < kDims; ++d)
+    result[d] *= merged_inv;
+  write_row(result, merged_total > 0.0f ? merged_max + logf(merged_total) : neg_inf);
+  if (threadIdx.x == 0) decode.merge_counters[item.merge] = 0;  // ready for the next launch
+}
+
+// The kernel: a persistent grid whose CTAs take the work list's items in turn.
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+__device__ void paged_decode(const PagedDecodeArgs& args) {
+  extern __shared__ __align__(16) unsigned char fj_decode_smem[];
+  const int count = args.work_counts->decode;
+  for (int i = blockIdx.x; i < count; i += gridDim.x) {
+    const DecodeWorkItem item = args.work_items[i];
+    __syncthreads();  // every warp is done with the previous item's shared memory
+    decode_item<Variant, kHeadDim, kBF16, kPageSize>(args, item, fj_decode_smem);
+  }
+}
+
+}  // namespace fj

@@ -1,0 +1,342 @@
+// The C API's CPU device (arch "cpu", FJ_DEVICE_CPU): kernel names, the checks a CPU launch
+// shares with the GPU path and those only the host can make, and fj_kv_cache_write and
+// fj_merge_states on host memory against a float64 computation.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "check_support.h"
+#include "flexjit/flexjit.h"
+
+namespace {
+
+struct Context {
+  fj_context* context = nullptr;
+  fj_program* program = nullptr;
+  Context() {
+    REQUIRE(fj_context_create(&context) == FJ_SUCCESS);
+    REQUIRE(fj_program_create_from_file(context, FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask",
+                                        &program) == FJ_SUCCESS);
+  }
+  ~Context() {
+    fj_program_destroy(program);
+    fj_context_destroy(context);
+  }
+  std::string error() const { return fj_context_last_error(context); }
+};
+
+fj_kernel* cpu_kernel(const Context& c, const char* mask, int page_size) {
+  fj_kernel_desc desc{};
+  desc.struct_size = sizeof(desc);
+  desc.mask = mask;
+  desc.head_dim = 128;
+  desc.dtype = FJ_DTYPE_BF16;
+  desc.page_size = page_size;
+  desc.arch = "cpu";
+  fj_kernel* kernel = nullptr;
+  REQUIRE(fj_kernel_create(c.context, c.program, &desc, &kernel) == FJ_SUCCESS);
+  return kernel;
+}
+
+// 64-byte aligned host memory.
+template <class T>
+struct Buffer {
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> memory;
+  explicit Buffer(size_t count, T fill = T{})
+      : memory(static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64))) {
+    REQUIRE(memory != nullptr);
+    std::fill(memory.get(), memory.get() + count, fill);
+  }
+  T* get() const { return memory.get(); }
+};
+
+// One request of 4 new tokens after 16 cached ones (two pages of 16), 8 heads over 2 kv heads,
+// head dim 128, NHD cache of 3 blocks; q and K/V hold small bf16 values.
+struct PagedBatch {
+  Buffer<uint16_t> q{4 * 8 * 128, 0x3f80};  // 1.0
+  Buffer<uint16_t> out{4 * 8 * 128, 0xffff};
+  Buffer<uint16_t> k{3 * 16 * 2 * 128, 0x3f00};  // 0.5
+  Buffer<uint16_t> v{3 * 16 * 2 * 128, 0x3f80};
+  Buffer<float> lse{4 * 8, 0.0f};
+  Buffer<int32_t> qsl{2}, seq_lens{1}, table{4};
+  int32_t window = 8;
+  fj_paged_attention_args args{};
+
+  PagedBatch() {
+    qsl.get()[0] = 0;
+    qsl.get()[1] = 4;
+    seq_lens.get()[0] = 20;
+    table.get()[0] = 2;
+    table.get()[1] = 0;
+    table.get()[2] = 0x7fffff00;  // never read
+    table.get()[3] = -5;          // never read
+    args.struct_size = sizeof(args);
+    args.q = q.get();
+    args.out = out.get();
+    args.k_cache = k.get();
+    args.v_cache = v.get();
+    args.query_start_loc = qsl.get();
+    args.seq_lens = seq_lens.get();
+    args.block_table = table.get();
+    args.lse = lse.get();
+    args.num_tokens = 4;
+    args.num_reqs = 1;
+    args.num_heads = 8;
+    args.num_kv_heads = 2;
+    args.max_query_len = 4;
+    args.max_blocks_per_req = 2;
+    args.q_stride_token = args.out_stride_token = 8 * 128;
+    args.q_stride_head = args.out_stride_head = 128;
+    args.k_stride_block = args.v_stride_block = 16 * 2 * 128;
+    args.k_stride_slot = args.v_stride_slot = 2 * 128;
+    args.k_stride_head = args.v_stride_head = 128;
+    args.block_table_stride = 4;
+    args.lse_stride_token = 8;
+    args.params = &window;
+    args.num_params = 1;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("CPU kernels are named after the device and need no CUDA", "[cpu]") {
+  Context c;
+  fj_kernel* paged = cpu_kernel(c, "sliding", 16);
+  fj_kernel* encoder = cpu_kernel(c, "sliding_sym", 0);
+  const char* name = nullptr;
+  REQUIRE(fj_kernel_name(paged, &name) == FJ_SUCCESS);
+  CHECK(std::string(name) == "cpu_prefill_sliding_hd128_bf16_page16");
+  REQUIRE(fj_kernel_name(encoder, &name) == FJ_SUCCESS);
+  CHECK(std::string(name) == "cpu_encoder_sliding_sym_hd128_bf16");
+  // The encoder and paged entry points are not interchangeable.
+  fj_varlen_attention_args varlen{};
+  varlen.struct_size = sizeof(varlen);
+  CHECK(fj_varlen_attention(paged, &varlen, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  PagedBatch batch;
+  CHECK(fj_paged_attention(encoder, &batch.args, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  fj_kernel_destroy(paged);
+  fj_kernel_destroy(encoder);
+}
+
+TEST_CASE("a CPU launch computes on host memory, ignoring the stream", "[cpu]") {
+  Context c;
+  fj_kernel* kernel = cpu_kernel(c, "sliding", 16);
+  PagedBatch batch;
+  // Any stream value: it is not used.
+  REQUIRE(fj_paged_attention(kernel, &batch.args, reinterpret_cast<void*>(0x1234)) == FJ_SUCCESS);
+  // Every key has the same K, so the softmax is uniform over the window's 8 keys; every V is 1.
+  for (int i = 0; i < 4 * 8 * 128; ++i)
+    REQUIRE(batch.out.get()[i] == 0x3f80);
+  const float want_lse = 0.5f * 128 / std::sqrt(128.0f) + std::log(8.0f);
+  for (int i = 0; i < 4 * 8; ++i)
+    CHECK(batch.lse.get()[i] == Approx(want_lse).epsilon(1e-5));
+  fj_kernel_destroy(kernel);
+}
+
+TEST_CASE("CPU launches reject bad arguments with a status", "[cpu]") {
+  Context c;
+  fj_kernel* kernel = cpu_kernel(c, "sliding", 16);
+  const auto status_of = [&](auto&& edit) {
+    PagedBatch batch;
+    edit(batch);
+    return fj_paged_attention(kernel, &batch.args, nullptr);
+  };
+  // The GPU path's checks.
+  CHECK(status_of([](PagedBatch& b) { b.args.q = nullptr; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "q is null");
+  CHECK(status_of([](PagedBatch& b) { b.args.block_table = nullptr; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.q_stride_head = 100; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error().find("q_stride_head (100) must be a non-negative multiple of 8") == 0);
+  CHECK(status_of([](PagedBatch& b) { b.args.k_stride_slot = -256; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.out = static_cast<char*>(b.args.out) + 2; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.num_kv_heads = 3; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.num_params = 0; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.scale = std::numeric_limits<float>::infinity(); }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.struct_size = 8; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.block_table_stride = 1; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  // What only the host can read.
+  CHECK(status_of([](PagedBatch& b) { b.qsl.get()[1] = 5; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() ==
+        "query_start_loc[1] (5) is smaller than query_start_loc[0] (0) or past "
+        "num_tokens (4)");
+  CHECK(status_of([](PagedBatch& b) { b.qsl.get()[0] = -1; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.max_query_len = 3; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "request 0 has 4 query rows, more than max_query_len (3)");
+  CHECK(status_of([](PagedBatch& b) { b.seq_lens.get()[0] = 3; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.table.get()[1] = -1; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "block_table[0][1] (-1) is negative");
+  // A seq_len beyond the block table reads only the keys the table addresses.
+  CHECK(status_of([](PagedBatch& b) { b.seq_lens.get()[0] = 1000; }) == FJ_SUCCESS);
+  // Nothing to do.
+  CHECK(status_of([](PagedBatch& b) {
+          b.args.num_reqs = 0;
+          b.args.num_tokens = 0;
+          b.args.max_query_len = 0;
+        }) == FJ_SUCCESS);
+  fj_kernel_destroy(kernel);
+}
+
+TEST_CASE("fj_kv_cache_write on the CPU skips padding and out-of-range slots", "[cpu]") {
+  Context c;
+  const int tokens = 37, heads = 4, dim = 64, page = 16, blocks = 9;
+  const int64_t row_stride = heads * dim + 8;  // padded rows exercise the strides
+  std::mt19937_64 rng(3);
+  Buffer<uint16_t> key(tokens * row_stride), value(tokens * row_stride);
+  for (int64_t i = 0; i < tokens * row_stride; ++i) {
+    key.get()[i] = static_cast<uint16_t>(rng());
+    value.get()[i] = static_cast<uint16_t>(rng());
+  }
+  const int64_t slots = int64_t{blocks} * page;
+  std::vector<int64_t> free_slots(slots);
+  std::iota(free_slots.begin(), free_slots.end(), 0);
+  std::shuffle(free_slots.begin(), free_slots.end(), rng);
+  Buffer<int64_t> mapping(tokens);
+  for (int t = 0; t < tokens; ++t)
+    mapping.get()[t] = t % 5 == 4 ? -1 : t % 7 == 6 ? slots + t : free_slots[t];
+  // HND cache.
+  const int64_t stride_block = int64_t{page} * heads * dim, stride_head = page * dim;
+  const uint16_t poison = 0xabcd;
+  Buffer<uint16_t> k_cache(blocks * stride_block, poison), v_cache(blocks * stride_block, poison);
+  fj_kv_cache_write_args args{};
+  args.struct_size = sizeof(args);
+  args.key = key.get();
+  args.value = value.get();
+  args.k_cache = k_cache.get();
+  args.v_cache = v_cache.get();
+  args.slot_mapping = mapping.get();
+  args.num_tokens = tokens;
+  args.num_kv_heads = heads;
+  args.head_dim = dim;
+  args.page_size = page;
+  args.num_blocks = blocks;
+  args.key_stride_token = args.value_stride_token = row_stride;
+  args.key_stride_head = args.value_stride_head = dim;
+  args.k_stride_block = args.v_stride_block = stride_block;
+  args.k_stride_slot = args.v_stride_slot = dim;
+  args.k_stride_head = args.v_stride_head = stride_head;
+  args.device = FJ_DEVICE_CPU;
+  REQUIRE(fj_kv_cache_write(c.context, &args, nullptr) == FJ_SUCCESS);
+
+  std::vector<uint16_t> want_k(blocks * stride_block, poison), want_v(want_k.size(), poison);
+  int written = 0;
+  for (int t = 0; t < tokens; ++t) {
+    const int64_t slot = mapping.get()[t];
+    if (slot < 0 || slot >= slots) continue;
+    ++written;
+    for (int h = 0; h < heads; ++h) {
+      const int64_t base = (slot / page) * stride_block + (slot % page) * dim + h * stride_head;
+      for (int d = 0; d < dim; ++d) {
+        want_k[base + d] = key.get()[t * row_stride + h * dim + d];
+        want_v[base + d] = value.get()[t * row_stride + h * dim + d];
+      }
+    }
+  }
+  CHECK(written > 0);
+  CHECK(written < tokens);
+  CHECK(std::equal(want_k.begin(), want_k.end(), k_cache.get()));
+  CHECK(std::equal(want_v.begin(), want_v.end(), v_cache.get()));
+
+  // A device that is neither value, and a struct older than the oldest known.
+  args.device = static_cast<fj_device>(7);
+  CHECK(fj_kv_cache_write(c.context, &args, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "device (7) is neither FJ_DEVICE_CUDA nor FJ_DEVICE_CPU");
+  args.device = FJ_DEVICE_CPU;
+  args.struct_size = 16;
+  CHECK(fj_kv_cache_write(c.context, &args, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  args.struct_size = sizeof(args);
+  args.head_dim = 60;
+  CHECK(fj_kv_cache_write(c.context, &args, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("fj_merge_states on the CPU merges by LSE and keeps empty rows empty", "[cpu]") {
+  Context c;
+  const fj_dtype dtype = GENERATE(FJ_DTYPE_BF16, FJ_DTYPE_FP16);
+  const bool in_place = GENERATE(false, true);
+  const int tokens = 50, heads = 8, dim = 128;
+  const int64_t rows = int64_t{tokens} * heads;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> lse_value(-6.0f, 6.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  Buffer<uint16_t> out_a(rows * dim), out_b(rows * dim), out(rows * dim, 0xffff);
+  Buffer<float> lse_a(rows), lse_b(rows), lse(rows, 0.0f);
+  for (int64_t row = 0; row < rows; ++row) {
+    // Both sides visible, a empty, b empty, both empty; an empty side's output is NaN garbage.
+    const int kind = static_cast<int>(row % 4);
+    lse_a.get()[row] = kind == 1 || kind == 3 ? -inf : lse_value(rng);
+    lse_b.get()[row] = kind == 2 || kind == 3 ? -inf : lse_value(rng);
+    for (int d = 0; d < dim; ++d) {
+      out_a.get()[row * dim + d] = std::isinf(lse_a.get()[row])
+                                       ? flexjit::nan_bits(dtype)
+                                       : flexjit::to_bits(normal(rng), dtype);
+      out_b.get()[row * dim + d] = std::isinf(lse_b.get()[row])
+                                       ? flexjit::nan_bits(dtype)
+                                       : flexjit::to_bits(normal(rng), dtype);
+    }
+  }
+  const std::vector<uint16_t> a_copy(out_a.get(), out_a.get() + rows * dim);
+  fj_merge_states_args args{};
+  args.struct_size = sizeof(args);
+  args.dtype = dtype;
+  args.out_a = out_a.get();
+  args.lse_a = lse_a.get();
+  args.out_b = out_b.get();
+  args.lse_b = lse_b.get();
+  args.out = in_place ? out_a.get() : out.get();
+  args.lse = lse.get();
+  args.num_tokens = tokens;
+  args.num_heads = heads;
+  args.head_dim = dim;
+  args.out_a_stride_token = args.out_b_stride_token = args.out_stride_token = heads * dim;
+  args.out_a_stride_head = args.out_b_stride_head = args.out_stride_head = dim;
+  args.lse_a_stride_token = args.lse_b_stride_token = args.lse_stride_token = heads;
+  args.device = FJ_DEVICE_CPU;
+  REQUIRE(fj_merge_states(c.context, &args, nullptr) == FJ_SUCCESS);
+
+  const uint16_t* got = in_place ? out_a.get() : out.get();
+  double max_error = 0, lse_error = 0;
+  int64_t bad = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    const double la = lse_a.get()[row], lb = lse_b.get()[row];
+    const double m = std::max(la, lb);
+    const bool empty = std::isinf(m);
+    const double w_a = empty || std::isinf(la) ? 0.0 : std::exp(la - m);
+    const double w_b = empty || std::isinf(lb) ? 0.0 : std::exp(lb - m);
+    if (empty) {
+      bad += !(std::isinf(lse.get()[row]) && lse.get()[row] < 0);
+    } else {
+      lse_error = std::max(lse_error, std::abs(lse.get()[row] - (m + std::log(w_a + w_b))));
+    }
+    for (int d = 0; d < dim; ++d) {
+      const double value = flexjit::from_bits(got[row * dim + d], dtype);
+      double want = 0.0;
+      if (w_a > 0) want += w_a * flexjit::from_bits(a_copy[row * dim + d], dtype);
+      if (w_b > 0) want += w_b * flexjit::from_bits(out_b.get()[row * dim + d], dtype);
+      if (!empty) want /= w_a + w_b;
+      if (!std::isfinite(value)) {
+        ++bad;
+        continue;
+      }
+      max_error = std::max(max_error, std::abs(value - want));
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(max_error <= (dtype == FJ_DTYPE_BF16 ? 2e-2 : 3e-3));
+  CHECK(lse_error <= 1e-5);
+}
