@@ -1,9 +1,12 @@
 // Host mask evaluation benchmark (docs/codegen.md): each standard mask over a 16k x 16k grid
 // (one request and head), row by row through HostCode::mask_row, LLVM-compiled against the IR
-// evaluator; the standard scores through score_row likewise; and the JIT compile time of every
-// mask and variant. Prints markdown tables.
+// evaluator; the standard scores through score_row likewise; tile classification
+// (HostCode::classify, the compiled interval program) against MaskAnalysis over the 128 x 128
+// tiles of a 128k x 128k grid; and the JIT compile time of every mask and variant. Prints
+// markdown tables.
 //
 //   flexjit_bench_mask_eval [--quick] [--mask-file PATH] [--len N] [--sample-rows N]
+//                           [--classify-len N]
 //
 // The native figure covers the whole grid. The evaluator's is measured on --sample-rows query
 // rows spread over the grid, each against every key (the whole grid would take minutes per
@@ -142,6 +145,49 @@ MaskTiming time_mask(const HostCode& native, const HostCode& evaluator,
   return timing;
 }
 
+struct ClassifyTiming {
+  double native_ns = 0, analysis_ns = 0;  // per tile
+  int64_t tiles = 0, empty = 0, full = 0;
+  bool agree = true;  // on every tile
+};
+
+// classify over every `tile` x `tile` tile of a length x length grid (one request and head),
+// HostCode's against MaskAnalysis'. The classes are summed so that no call can be dropped.
+ClassifyTiming time_classify(const HostCode& native, const flexjit::MaskAnalysis& analysis,
+                             const fj::MaskParams* params, int32_t length, int32_t tile,
+                             int repeats) {
+  using flexjit::Tile;
+  using flexjit::TileClass;
+  const int32_t tiles = (length + tile - 1) / tile;
+  std::vector<TileClass> classes(static_cast<size_t>(tiles) * tiles), other(classes.size());
+  const auto run = [&](auto&& classify, std::vector<TileClass>& out) {
+    const double start = cpu_seconds();
+    for (int32_t row = 0; row < tiles; ++row) {
+      const int32_t q0 = row * tile, q1 = std::min(length, q0 + tile);
+      for (int32_t col = 0; col < tiles; ++col) {
+        const int32_t k0 = col * tile;
+        out[static_cast<size_t>(row) * tiles + col] =
+            classify(Tile{0, 0, q0, q1, k0, std::min(length, k0 + tile)});
+      }
+    }
+    return cpu_seconds() - start;
+  };
+  std::vector<double> native_runs, analysis_runs;
+  for (int r = 0; r < repeats; ++r) {
+    native_runs.push_back(run([&](const Tile& t) { return native.classify(t, params); }, classes));
+    analysis_runs.push_back(
+        run([&](const Tile& t) { return analysis.classify(t, params); }, other));
+  }
+  ClassifyTiming timing;
+  timing.tiles = static_cast<int64_t>(classes.size());
+  timing.agree = classes == other;
+  timing.empty = std::count(classes.begin(), classes.end(), TileClass::Empty);
+  timing.full = std::count(classes.begin(), classes.end(), TileClass::Full);
+  timing.native_ns = 1e9 * median(native_runs) / double(timing.tiles);
+  timing.analysis_ns = 1e9 * median(analysis_runs) / double(timing.tiles);
+  return timing;
+}
+
 struct ScoreTiming {
   double native_ns = 0, evaluator_ns = 0;
   bool agree = true;
@@ -192,6 +238,7 @@ int main(int argc, char** argv) {
   std::string mask_file = FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask";
   int32_t length = 16384;
   int sample_rows = 64;
+  int32_t classify_length = 131072;
   int repeats = 3;
   app.add_flag("--quick", quick, "4k x 4k, one run, 16 sampled rows");
   app.add_option("--mask-file", mask_file, "the standard masks")->capture_default_str();
@@ -201,9 +248,13 @@ int main(int argc, char** argv) {
   app.add_option("--sample-rows", sample_rows, "query rows the evaluator is timed on")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--classify-len", classify_length, "grid side of the classify table")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (quick) {
     length = std::min(length, 4096);
+    classify_length = std::min(classify_length, 16384);
     sample_rows = std::min(sample_rows, 16);
     repeats = 1;
   }
@@ -276,6 +327,32 @@ int main(int argc, char** argv) {
     all_agree = all_agree && t.agree;
     fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.1f}x | {} |\n", decl.name, variant->score_name,
                t.native_ns, t.evaluator_ns, t.evaluator_ns / t.native_ns, t.agree ? "yes" : "NO");
+  }
+
+  constexpr int32_t kTile = 128;
+  fmt::print(
+      "\nTile classes: classify over the {} x {} tiles of a {} x {} grid (one request and "
+      "head), LLVM-compiled interval program{} against MaskAnalysis (its interpreter), median "
+      "of {} runs, thread CPU time.\n\n",
+      kTile, kTile, classify_length, classify_length,
+      native_build ? "" : " (NOT NATIVE: built without LLVM)", repeats);
+  fmt::print(
+      "| mask | tiles | empty | full | LLVM ns/tile | MaskAnalysis ns/tile | speedup | agree "
+      "|\n");
+  fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+  for (const flexjit::dsl::Decl& decl : module.decls) {
+    if (decl.kind != flexjit::dsl::DeclKind::Mask) continue;
+    auto variant = lower(decl.name);
+    if (!variant) return 1;
+    const flexjit::HostParams params = params_of(*variant, classify_length);
+    const ClassifyTiming t =
+        time_classify(*host_code(*variant, true), flexjit::MaskAnalysis(*variant), &params.params(),
+                      classify_length, kTile, repeats);
+    all_agree = all_agree && t.agree;
+    fmt::print("| {} | {} | {:.1f}% | {:.1f}% | {:.1f} | {:.1f} | {:.1f}x | {} |\n", decl.name,
+               t.tiles, 100.0 * double(t.empty) / double(t.tiles),
+               100.0 * double(t.full) / double(t.tiles), t.native_ns, t.analysis_ns,
+               t.analysis_ns / t.native_ns, t.agree ? "yes" : "NO");
   }
 
   fmt::print(

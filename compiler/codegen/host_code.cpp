@@ -23,10 +23,11 @@ float HostCode::score(const fj::MaskParams* params, float score, int32_t b, int3
 
 namespace {
 
-// evaluate_mask / evaluate_score per element: the definition the native code must match.
+// evaluate_mask / evaluate_score per element and MaskAnalysis: the definitions the native code
+// must match.
 class EvaluatorHostCode final : public HostCode {
  public:
-  explicit EvaluatorHostCode(const Variant& variant) : variant_(variant) {}
+  explicit EvaluatorHostCode(const Variant& variant) : variant_(variant), analysis_(variant) {}
 
   void mask_row(const fj::MaskParams* params, int32_t b, int32_t h, int32_t q, int32_t kv0,
                 int32_t n, uint8_t* out) const override {
@@ -41,10 +42,20 @@ class EvaluatorHostCode final : public HostCode {
       scores[i] = evaluate_score(variant_, scores[i], {b, h, q, fj::wrap_add(kv0, i), params});
   }
 
+  TileClass classify(const Tile& tile, const fj::MaskParams* params) const override {
+    return analysis_.classify(tile, params);
+  }
+
+  KvRange kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
+                   const fj::MaskParams* params) const override {
+    return analysis_.kv_range(b, h, q0, q1, params);
+  }
+
   bool native() const override { return false; }
 
  private:
   const Variant variant_;
+  const MaskAnalysis analysis_;
 };
 
 }  // namespace

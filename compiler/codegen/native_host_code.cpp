@@ -13,6 +13,9 @@
 // where it can. Out-of-range array reads are reported through fj::ArrayParam::bad_index by a
 // second copy of the loop, taken only when the caller asked for reports: a call in the loop
 // would keep the common copy from being vectorised.
+//
+// The same module holds the mask's analysis functions (native_analysis.cpp), behind
+// HostCode::classify and HostCode::kv_range.
 #include "native_host_code.h"
 
 #include <fmt/format.h>
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "analysis.h"
+#include "native_analysis.h"
 
 // The functions generated code calls, around the very fj_ops.cuh functions that the evaluator
 // calls, so that library-dependent results cannot differ. Bound to the JIT by address
@@ -629,29 +633,56 @@ using MaskRowFunction = void(const fj::MaskParams*, int32_t, int32_t, int32_t, i
 using ScoreRowFunction = void(const fj::MaskParams*, int32_t, int32_t, int32_t, int32_t, int32_t,
                               float*);
 
+// The compiled functions of a variant.
+struct NativeFunctions {
+  MaskRowFunction* mask = nullptr;
+  ScoreRowFunction* score = nullptr;  // null without a score
+  TileValueFunction* tile_value = nullptr;
+  KvBoundFunction* kv_bound = nullptr;
+};
+
 // Owns the JIT, and with it the code: the functions live as long as this object.
 class NativeHostCode final : public HostCode {
  public:
-  NativeHostCode(std::unique_ptr<llvm::orc::LLJIT> jit, MaskRowFunction* mask,
-                 ScoreRowFunction* score)
-      : jit_(std::move(jit)), mask_(mask), score_(score) {}
+  NativeHostCode(std::unique_ptr<llvm::orc::LLJIT> jit, const NativeFunctions& functions)
+      : jit_(std::move(jit)), functions_(functions) {}
 
   void mask_row(const fj::MaskParams* params, int32_t b, int32_t h, int32_t q, int32_t kv0,
                 int32_t n, uint8_t* out) const override {
-    mask_(&params_or_zero(params), b, h, q, kv0, n, out);
+    functions_.mask(&params_or_zero(params), b, h, q, kv0, n, out);
   }
 
   void score_row(const fj::MaskParams* params, int32_t b, int32_t h, int32_t q, int32_t kv0,
                  int32_t n, float* scores) const override {
-    if (score_ != nullptr) score_(&params_or_zero(params), b, h, q, kv0, n, scores);
+    if (functions_.score != nullptr) {
+      functions_.score(&params_or_zero(params), b, h, q, kv0, n, scores);
+    }
+  }
+
+  // As MaskAnalysis::classify: the empty tile decided here, the box's ranges inclusive.
+  TileClass classify(const Tile& tile, const fj::MaskParams* params) const override {
+    if (tile.q0 >= tile.q1 || tile.k0 >= tile.k1) return TileClass::Empty;
+    fj::Interval value{};
+    functions_.tile_value(&params_or_zero(params), tile.b, tile.h, tile.q0, int64_t{tile.q1} - 1,
+                          tile.k0, int64_t{tile.k1} - 1, &value);
+    return static_cast<TileClass>(fj::tile_class(value));
+  }
+
+  // As MaskAnalysis::kv_range.
+  KvRange kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
+                   const fj::MaskParams* params) const override {
+    if (q0 >= q1) return {};
+    fj::kvr::Bound bound{};
+    functions_.kv_bound(&params_or_zero(params), b, h, q0, int64_t{q1} - 1, &bound);
+    const fj::KvRange range = fj::kvr::to_range(bound);
+    return {range.lo, range.hi};
   }
 
   bool native() const override { return true; }
 
  private:
   std::unique_ptr<llvm::orc::LLJIT> jit_;
-  MaskRowFunction* mask_;
-  ScoreRowFunction* score_;
+  const NativeFunctions functions_;
 };
 
 // The O2 pipeline, tuned for the target machine (its vector widths and costs).
@@ -697,6 +728,9 @@ Result<std::shared_ptr<const HostCode>> compile_native_host_code(const Variant& 
   if (variant.has_score()) {
     RowWriter(*module, RowKind::Score, variant.score).write(kScoreRowName, **target);
   }
+  // The mask's interval program, as MaskAnalysis builds it (the plans are not kept: the code
+  // holds all it needs).
+  write_analysis(*module, **target, MaskAnalysis(variant).plans()->program);
   std::string problems;
   llvm::raw_string_ostream problem_stream(problems);
   if (llvm::verifyModule(*module, &problem_stream)) {
@@ -713,6 +747,10 @@ Result<std::shared_ptr<const HostCode>> compile_native_host_code(const Variant& 
     symbols[mangle(function.name)] = llvm::JITEvaluatedSymbol(
         function.address, llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
   }
+  for (const auto& [name, address] : analysis_functions()) {
+    symbols[mangle(name)] = llvm::JITEvaluatedSymbol(
+        address, llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+  }
   if (llvm::Error error =
           (*jit)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(symbols)))) {
     return Error{"LLVM: " + error_text(std::move(error))};
@@ -722,16 +760,24 @@ Result<std::shared_ptr<const HostCode>> compile_native_host_code(const Variant& 
     return Error{"LLVM: " + error_text(std::move(error))};
   }
   // Looking a function up compiles the module, so that errors surface here, not in a call.
-  auto mask = (*jit)->lookup(kMaskRowName);
-  if (!mask) return Error{"LLVM: " + error_text(mask.takeError())};
-  ScoreRowFunction* score = nullptr;
-  if (variant.has_score()) {
-    auto found = (*jit)->lookup(kScoreRowName);
-    if (!found) return Error{"LLVM: " + error_text(found.takeError())};
-    score = found->toPtr<ScoreRowFunction*>();
+  NativeFunctions functions;
+  std::string lookup_error;
+  const auto find = [&]<class F>(F*& function, const char* name) {
+    auto found = (*jit)->lookup(name);
+    if (!found) {
+      lookup_error = "LLVM: " + error_text(found.takeError());
+      return false;
+    }
+    function = found->template toPtr<F*>();
+    return true;
+  };
+  if (!find(functions.mask, kMaskRowName) || !find(functions.tile_value, kTileValueName) ||
+      !find(functions.kv_bound, kKvBoundName) ||
+      (variant.has_score() && !find(functions.score, kScoreRowName))) {
+    return Error{lookup_error};
   }
-  return std::shared_ptr<const HostCode>(std::make_shared<const NativeHostCode>(
-      std::move(*jit), mask->toPtr<MaskRowFunction*>(), score));
+  return std::shared_ptr<const HostCode>(
+      std::make_shared<const NativeHostCode>(std::move(*jit), functions));
 }
 
 }  // namespace flexjit

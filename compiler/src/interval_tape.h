@@ -54,7 +54,10 @@ class IntervalProgram {
   // The kv bound of the plan `kv` for the box's queries (the box's kv is unused).
   fj::kvr::Bound kv_bound(const TileBox& box) const;
 
- private:
+  // The program's parts are public, read only, for the LLVM host code generator
+  // (compiler/codegen/), which compiles the same tapes to native code: it must run exactly
+  // what run() and evaluate_plan() run.
+
   // One per node kind and operand type (the choice ir::apply_operation makes per node), plus
   // the narrowed ||.
   enum class Opcode : uint8_t {
@@ -173,6 +176,18 @@ class IntervalProgram {
     Tape right;
   };
 
+  const std::vector<Slot>& constants() const { return constants_; }
+  const std::vector<ScalarParam>& params() const { return params_; }
+  const std::vector<Instruction>& code() const { return code_; }
+  const std::vector<Narrowing>& narrowings() const { return narrowings_; }
+  const std::vector<Plan>& plans() const { return plans_; }
+  const std::vector<PlanNode>& plan_nodes() const { return plan_nodes_; }
+  const std::vector<PlanStep>& plan_steps() const { return plan_steps_; }
+  const Tape& root() const { return root_; }
+  bool root_is_float() const { return root_is_float_; }
+  uint32_t kv_plan() const { return kv_plan_; }
+
+ private:
   class Compiler;
 
   // Calls f(frame) with a frame for one evaluation over `box`, its leaves written.

@@ -164,11 +164,11 @@ struct Job {
 KvRange kv_range_for_heads(const CpuKernel& kernel, const fj::MaskParams& params, int b,
                            int head_lo, int head_hi, int q_lo, int q_hi) {
   if (!kernel.variant.uses_head) {
-    return kernel.analysis.kv_range(b, head_lo, q_lo, q_hi + 1, &params);
+    return kernel.code->kv_range(b, head_lo, q_lo, q_hi + 1, &params);
   }
   KvRange range{0, 0};
   for (int h = head_lo; h <= head_hi; ++h) {
-    const KvRange head = kernel.analysis.kv_range(b, h, q_lo, q_hi + 1, &params);
+    const KvRange head = kernel.code->kv_range(b, h, q_lo, q_hi + 1, &params);
     if (head.empty()) continue;
     range =
         range.empty() ? head : KvRange{std::min(range.lo, head.lo), std::max(range.hi, head.hi)};
@@ -180,11 +180,11 @@ KvRange kv_range_for_heads(const CpuKernel& kernel, const fj::MaskParams& params
 TileClass classify_for_heads(const CpuKernel& kernel, const fj::MaskParams& params, int b,
                              int head_lo, int head_hi, int q_lo, int q_hi, int k0, int k1) {
   if (!kernel.variant.uses_head) {
-    return kernel.analysis.classify(Tile{b, head_lo, q_lo, q_hi + 1, k0, k1}, &params);
+    return kernel.code->classify(Tile{b, head_lo, q_lo, q_hi + 1, k0, k1}, &params);
   }
   bool all_empty = true, all_full = true;
   for (int h = head_lo; h <= head_hi; ++h) {
-    const TileClass c = kernel.analysis.classify(Tile{b, h, q_lo, q_hi + 1, k0, k1}, &params);
+    const TileClass c = kernel.code->classify(Tile{b, h, q_lo, q_hi + 1, k0, k1}, &params);
     all_empty = all_empty && c == TileClass::Empty;
     all_full = all_full && c == TileClass::Full;
   }
@@ -498,8 +498,8 @@ Result<std::shared_ptr<const CpuKernel>> make_cpu_kernel(const Variant& variant,
   // device in front instead: "cpu_prefill_causal_hd128_bf16_page16".
   std::string name = prefill_kernel_spec(variant, cpu_config).name;
   name.resize(name.size() - std::string_view("_cpu").size());
-  return std::shared_ptr<const CpuKernel>(std::make_shared<CpuKernel>(
-      CpuKernel{"cpu_" + name, cpu_config, variant, MaskAnalysis(variant), std::move(*code)}));
+  return std::shared_ptr<const CpuKernel>(
+      std::make_shared<CpuKernel>(CpuKernel{"cpu_" + name, cpu_config, variant, std::move(*code)}));
 }
 
 std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bool contiguous,

@@ -29,12 +29,12 @@ inline constexpr std::string_view kArch = "cpu";
 inline constexpr int kBlockM = 64;
 inline constexpr int kBlockN = 64;
 
-// What a CPU kernel handle holds: the variant with its analysis and host code.
+// What a CPU kernel handle holds: the variant and its host code (mask rows, scores, tile
+// classes and kv ranges, LLVM-compiled where flexjit has LLVM).
 struct CpuKernel {
   std::string name;            // "cpu_prefill_causal_hd128_bf16_page16"
   PrefillKernelConfig config;  // head_dim, bf16, page_size (0: contiguous K/V); arch "cpu"
   Variant variant;
-  MaskAnalysis analysis;
   std::shared_ptr<const HostCode> code;
 };
 

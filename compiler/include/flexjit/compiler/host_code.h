@@ -1,6 +1,7 @@
-// A variant's element functions (mask and score) as host code: native code compiled from the IR
-// by LLVM (ORC LLJIT, compiler/codegen/) when flexjit is built with LLVM, otherwise the IR
-// evaluator behind the same interface. The CPU attention backend and the host tools that
+// A variant's element functions (mask and score) and its mask's analyses (tile classes, kv
+// ranges) as host code: native code compiled by LLVM (ORC LLJIT, compiler/codegen/) when
+// flexjit is built with LLVM, otherwise the IR evaluator and MaskAnalysis behind the same
+// interface. The CPU attention backend and the host tools that
 // evaluate masks element by element (brute-force exactness, BlockMask from visible pairs) call
 // this instead of evaluate_mask. docs/codegen.md describes what is compiled and how.
 //
@@ -52,7 +53,16 @@ class HostCode {
   float score(const fj::MaskParams* params, float score, int32_t b, int32_t h, int32_t q,
               int32_t kv) const;
 
-  // True when the functions are LLVM-compiled native code, false for the evaluator.
+  // MaskAnalysis::classify of the mask, with its exact results: natively, the mask's interval
+  // program (what MaskAnalysis interprets) compiled by LLVM.
+  virtual TileClass classify(const Tile& tile, const fj::MaskParams* params) const = 0;
+
+  // MaskAnalysis::kv_range of the mask, with its exact results, compiled likewise.
+  virtual KvRange kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
+                           const fj::MaskParams* params) const = 0;
+
+  // True when the functions are LLVM-compiled native code, false for the evaluator and
+  // MaskAnalysis.
   virtual bool native() const = 0;
 };
 
