@@ -507,8 +507,9 @@ FJ_API fj_status fj_plan_update(fj_plan* plan, const int32_t* query_start_loc,
 /* Enqueues the planned attention on `stream`: the batch the last update described, over the
  * device buffers of `args` (as in fj_paged_attention, whose checks apply; max_query_len is not
  * used). args' heads must be the plan's, and num_reqs and num_tokens at least the last
- * update's. No host-device synchronisation; CUDA-graph capturable (see above).
- * Errors: as fj_paged_attention. */
+ * update's. No host-device synchronisation; CUDA-graph capturable (see above). Runs of one plan
+ * share its device memory (work lists, split results, scheduling counters): order them, e.g. on
+ * one stream; plans of their own run concurrently. Errors: as fj_paged_attention. */
 FJ_API fj_status fj_plan_run(fj_plan* plan, const fj_paged_attention_args* args, void* stream);
 
 #ifdef __cplusplus
