@@ -44,42 +44,22 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   const Variant variant{};
   const int request = item.request;
   const int kv_head = item.kv_head;
-  const int group = args.num_heads / args.num_kv_heads;
-  const int token_begin = args.query_start_loc[request];
-  const int query_len = args.query_start_loc[request + 1] - token_begin;
-  const int seq_len = args.seq_lens[request];
-  const int packed_rows = query_len * group;
   const int row0 = item.row0;
+  const PackedRows block = packed_rows_of(args, request, kv_head, row0, kDecodeRows, false);
   // The plan was made from host copies of the lengths; rows it names that the device's lengths
   // do not have are skipped (the same for every split of the item, so merges stay consistent).
-  if (row0 >= packed_rows) return;
+  if (row0 >= block.packed_rows) return;
+  const int group = block.group;
+  const int token_begin = block.token_begin;
+  const int packed_rows = block.packed_rows;
+  const int seq_len = block.seq_len;
+  const int q_lo = block.q_lo();
+  const int q_hi = block.q_hi();
+  const int head_lo = block.head_lo();
+  const int head_hi = block.head_hi();
 
-  const int q_offset = seq_len - query_len;
-  const int last_row = min(row0 + kDecodeRows, packed_rows) - 1;
-  const int q_lo = q_offset + row0 / group;
-  const int q_hi = q_offset + last_row / group;
-  const int head_lo = kv_head * group + (last_row / group > row0 / group ? 0 : row0 % group);
-  const int head_hi =
-      kv_head * group + (last_row / group > row0 / group ? group - 1 : last_row % group);
-
-  const unsigned short* q = static_cast<const unsigned short*>(args.q);
-  {
-    constexpr int kChunksPerRow = kHeadDim / 8;
-    for (int c = threadIdx.x; c < kDecodeRows * kChunksPerRow; c += kDecodeThreads) {
-      const int row = c / kChunksPerRow;
-      const int chunk = c % kChunksPerRow;
-      const int packed = row0 + row;
-      const bool valid = packed < packed_rows;
-      const unsigned short* src = q;
-      if (valid) {
-        const i64 token = token_begin + packed / group;
-        const i64 head = kv_head * group + packed % group;
-        src = q + token * args.q_stride_token + head * args.q_stride_head + chunk * 8;
-      }
-      cp_async_16(q_tile + row * kRow + chunk * 8, src, valid);
-    }
-    cp_async_commit();
-  }
+  load_q_rows<kHeadDim, kDecodeRows, kDecodeThreads>(q_tile, args, block);
+  cp_async_commit();
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -87,11 +67,8 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   const int quad_col = lane % 4;
   int row_q[2], row_head[2];
   for (int i = 0; i < 2; ++i) {
-    const int packed = row0 + quad_row + i * 8;
-    // Rows past the request compute a copy of its last row, as in the prefill kernel.
-    const int source = packed < packed_rows ? packed : packed_rows - 1;
-    row_q[i] = q_offset + source / group;
-    row_head[i] = kv_head * group + source % group;
+    row_q[i] = block.position(row0 + quad_row + i * 8);
+    row_head[i] = block.head(row0 + quad_row + i * 8);
   }
 
   const i32* block_row = args.block_table + static_cast<i64>(request) * args.block_table_stride;

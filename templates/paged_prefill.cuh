@@ -59,6 +59,80 @@ __device__ __forceinline__ KvRange kv_range_for_heads(const Variant& variant,
   }
 }
 
+// Packed query rows [row0, row0 + rows) of one request against one kv head (GQA packing): row r
+// is query token r / group with query head kv_head * group + r % group. The prefill and decode
+// kernels take their work in such blocks.
+struct PackedRows {
+  int group;
+  int token_begin;  // the request's first query row in q and out
+  int packed_rows;  // query tokens times group
+  int seq_len;      // keys of the request (its new tokens included)
+  int q_offset;     // logical position of the request's first query token (DESIGN.md §3)
+  int kv_head;
+  int row0;
+  int last_row;  // the block's last row inside the request
+
+  __device__ __forceinline__ int q_lo() const { return q_offset + row0 / group; }
+  __device__ __forceinline__ int q_hi() const { return q_offset + last_row / group; }
+  // The query heads of the block's rows: all of the group once it spans two tokens.
+  __device__ __forceinline__ int head_lo() const {
+    return kv_head * group + (last_row / group > row0 / group ? 0 : row0 % group);
+  }
+  __device__ __forceinline__ int head_hi() const {
+    return kv_head * group + (last_row / group > row0 / group ? group - 1 : last_row % group);
+  }
+  // Position and head of a row. Rows past the request compute a copy of its last row (their
+  // output is never written), so the mask and score only ever see positions and heads of the
+  // request: an array read indexed by q stays in range, and a debug bounds report means a real
+  // bad index.
+  __device__ __forceinline__ int position(int packed) const {
+    return q_offset + min(packed, packed_rows - 1) / group;
+  }
+  __device__ __forceinline__ int head(int packed) const {
+    return kv_head * group + min(packed, packed_rows - 1) % group;
+  }
+};
+
+__device__ __forceinline__ PackedRows packed_rows_of(const PagedPrefillArgs& args, int request,
+                                                     int kv_head, int row0, int rows,
+                                                     bool contiguous) {
+  PackedRows block;
+  block.group = args.num_heads / args.num_kv_heads;
+  block.token_begin = args.query_start_loc[request];
+  const int query_len = args.query_start_loc[request + 1] - block.token_begin;
+  // Contiguous (encoder) sequences attend to themselves: as many keys as queries.
+  block.seq_len = contiguous ? query_len : args.seq_lens[request];
+  block.packed_rows = query_len * block.group;
+  block.q_offset = block.seq_len - query_len;
+  block.kv_head = kv_head;
+  block.row0 = row0;
+  block.last_row = min(row0 + rows, block.packed_rows) - 1;
+  return block;
+}
+
+// Issues the cp.async copies of the block's kRows query rows into `q_tile` (rows of
+// prefill_smem_row_elems(kHeadDim)); rows past the request are zeroed. The caller commits.
+template <int kHeadDim, int kRows, int kThreads>
+__device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedPrefillArgs& args,
+                                            const PackedRows& block) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kRow = prefill_smem_row_elems(kHeadDim);
+  const unsigned short* q = static_cast<const unsigned short*>(args.q);
+  for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
+    const int row = c / kChunksPerRow;
+    const int chunk = c % kChunksPerRow;
+    const int packed = block.row0 + row;
+    const bool valid = packed < block.packed_rows;
+    const unsigned short* src = q;
+    if (valid) {
+      const i64 token = block.token_begin + packed / block.group;
+      const i64 head = block.kv_head * block.group + packed % block.group;
+      src = q + token * args.q_stride_token + head * args.q_stride_head + chunk * 8;
+    }
+    cp_async_16(q_tile + row * kRow + chunk * 8, src, valid);
+  }
+}
+
 // Copies kPrefillBlockN rows of one kv head starting at key k0 into shared memory; rows at or
 // past `kv_end` are zeroed (never read), so block-table entries past the sequence are
 // untouched. kPageSize == 0 is the contiguous (encoder) layout: key j of the request is row
@@ -107,42 +181,21 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   unsigned short* v_tile = k_tile + kTileElems;
 
   const Variant variant{};
-  const int group = args.num_heads / args.num_kv_heads;
-  const int token_begin = args.query_start_loc[request];
-  const int query_len = args.query_start_loc[request + 1] - token_begin;
-  // Contiguous (encoder) sequences attend to themselves: as many keys as queries.
-  const int seq_len = kPageSize == 0 ? query_len : args.seq_lens[request];
-  const int packed_rows = query_len * group;
-  if (row0 >= packed_rows) return;
+  const PackedRows block =
+      packed_rows_of(args, request, kv_head, row0, kPrefillBlockM, kPageSize == 0);
+  if (row0 >= block.packed_rows) return;
+  const int group = block.group;
+  const int token_begin = block.token_begin;
+  const int packed_rows = block.packed_rows;
+  const int seq_len = block.seq_len;
+  const int q_lo = block.q_lo();
+  const int q_hi = block.q_hi();
+  const int head_lo = block.head_lo();
+  const int head_hi = block.head_hi();
 
-  // Logical position of query token t of this request (DESIGN.md §3).
-  const int q_offset = seq_len - query_len;
-  const int last_row = min(row0 + kPrefillBlockM, packed_rows) - 1;
-  const int q_lo = q_offset + row0 / group;
-  const int q_hi = q_offset + last_row / group;
-  const int head_lo = kv_head * group + (last_row / group > row0 / group ? 0 : row0 % group);
-  const int head_hi =
-      kv_head * group + (last_row / group > row0 / group ? group - 1 : last_row % group);
-
-  const unsigned short* q = static_cast<const unsigned short*>(args.q);
-  {
-    constexpr int kChunksPerRow = kHeadDim / 8;
-    for (int c = threadIdx.x; c < kPrefillBlockM * kChunksPerRow; c += kPrefillThreads) {
-      const int row = c / kChunksPerRow;
-      const int chunk = c % kChunksPerRow;
-      const int packed = row0 + row;
-      const bool valid = packed < packed_rows;
-      const unsigned short* src = q;
-      if (valid) {
-        const i64 token = token_begin + packed / group;
-        const i64 head = kv_head * group + packed % group;
-        src = q + token * args.q_stride_token + head * args.q_stride_head + chunk * 8;
-      }
-      cp_async_16(q_tile + row * kRow + chunk * 8, src, valid);
-    }
-    cp_async_wait_all();
-    __syncthreads();
-  }
+  load_q_rows<kHeadDim, kPrefillBlockM, kPrefillThreads>(q_tile, args, block);
+  cp_async_wait_all();
+  __syncthreads();
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -155,12 +208,8 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   for (int i = 0; i < 2; ++i) {
     const int packed = row0 + warp * 16 + quad_row + i * 8;
     row_valid[i] = packed < packed_rows;
-    // Rows past the request compute a copy of its last row (their output is never written),
-    // so the mask and score only ever see positions and heads of the request: an array read
-    // indexed by q stays in range, and a debug bounds report means a real bad index.
-    const int source = row_valid[i] ? packed : packed_rows - 1;
-    row_q[i] = q_offset + source / group;
-    row_head[i] = kv_head * group + source % group;
+    row_q[i] = block.position(packed);
+    row_head[i] = block.head(packed);
   }
 
   // Q fragments stay in registers across the K/V loop up to head dim 128; beyond, the O

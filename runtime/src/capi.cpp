@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
-#include "cuda_driver.h"
-#include "flexjit/dsl/frontend.h"
 #include "capi_internal.h"
 #include "cpu_launch.h"
+#include "cuda_driver.h"
+#include "flexjit/dsl/frontend.h"
 #include "handles.h"
 #include "kernel_args.cuh"
 #include "summaries.h"
@@ -60,7 +60,6 @@ std::optional<Failure> require_non_null(std::initializer_list<NamedPointer> poin
   }
   return std::nullopt;
 }
-
 
 // Rows are moved in 16-byte pieces.
 std::optional<Failure> require_aligned_16(std::initializer_list<NamedPointer> pointers) {
@@ -505,6 +504,17 @@ std::optional<Failure> check_workspace(const SummaryLayout& layout, const void* 
   return std::nullopt;
 }
 
+// The summaries a launch of `kernel` over `params`' arrays builds, with the caller's workspace
+// checked against them.
+std::optional<Failure> launch_summaries(const fj_kernel& kernel, const fj::MaskParams& params,
+                                        const void* workspace, uint64_t workspace_bytes,
+                                        SummaryLayout& layout) {
+  auto result = summary_layout(*kernel.entry, params.array);
+  if (!result) return fail(FJ_ERROR_UNSUPPORTED, result.error().message);
+  layout = std::move(*result);
+  return check_workspace(layout, workspace, workspace_bytes);
+}
+
 // The array-summary kernel for `kernel`'s architecture (the attention kernel's, which runs on
 // the same device), from the handle after the first call.
 std::optional<Failure> summary_kernel_of(fj_kernel& kernel, CompiledKernelPtr& summary_kernel) {
@@ -520,9 +530,10 @@ std::optional<Failure> summary_kernel_of(fj_kernel& kernel, CompiledKernelPtr& s
 }
 
 // Enqueues the summaries of `layout` into `workspace` (the kernel's own buffer when null) and
-// points the parameter block's arrays at them.
+// points the parameter block's arrays at them; nothing when the layout has none.
 std::optional<Failure> enqueue_summaries(fj_kernel& kernel, const SummaryLayout& layout,
                                          void* workspace, fj::MaskParams& params, void* stream) {
+  if (layout.entries.empty()) return std::nullopt;
   CompiledKernelPtr summary_kernel;
   if (auto f = summary_kernel_of(kernel, summary_kernel)) return f;
   char* base = static_cast<char*>(workspace);
@@ -559,20 +570,19 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
   if (q_tiles > 0x7fffffff) {
     return fail(FJ_ERROR_UNSUPPORTED, "the longest query times the GQA group is too large");
   }
-  auto layout = summary_layout(*kernel.entry, device.params.array);
-  if (!layout) return fail(FJ_ERROR_UNSUPPORTED, layout.error().message);
-  if (auto f = check_workspace(*layout, workspace, workspace_bytes)) return f;
+  SummaryLayout layout;
+  if (auto f = launch_summaries(kernel, device.params, workspace, workspace_bytes, layout)) {
+    return f;
+  }
   if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
   if (kernel.entry->cpu) {
-    if (auto f = cpu::launch_attention(*kernel.entry->cpu, *layout, device, workspace, num_tokens,
+    if (auto f = cpu::launch_attention(*kernel.entry->cpu, layout, device, workspace, num_tokens,
                                        max_query_len)) {
       return fail(f->status, std::move(f->message));
     }
     return std::nullopt;
   }
-  if (!layout->entries.empty()) {
-    if (auto f = enqueue_summaries(kernel, *layout, workspace, device.params, stream)) return f;
-  }
+  if (auto f = enqueue_summaries(kernel, layout, workspace, device.params, stream)) return f;
   return launch(*kernel.compiled, static_cast<unsigned>(q_tiles),
                 static_cast<unsigned>(num_sequences), static_cast<unsigned>(device.num_kv_heads),
                 fj::kPrefillThreads, fj::paged_prefill_smem_bytes(kernel.config.head_dim), stream,
@@ -834,8 +844,7 @@ FJ_API fj_status fj_kernel_destroy(fj_kernel* kernel) {
 
 FJ_API fj_status fj_kernel_name(const fj_kernel* kernel, const char** name) {
   if (kernel == nullptr || name == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
-  *name =
-      kernel->entry->cpu ? kernel->entry->cpu->name.c_str() : kernel->compiled->name().c_str();
+  *name = kernel->entry->cpu ? kernel->entry->cpu->name.c_str() : kernel->compiled->name().c_str();
   return FJ_SUCCESS;
 }
 
@@ -897,8 +906,8 @@ FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_
     using flexjit::NamedValue;
     if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
     fj_kv_cache_write_args a;
-    if (auto f = flexjit::read_args_struct("args", args, offsetof(fj_kv_cache_write_args, device),
-                                           a)) {
+    if (auto f =
+            flexjit::read_args_struct("args", args, offsetof(fj_kv_cache_write_args, device), a)) {
       return f;
     }
     if (auto f = flexjit::check_device(a.device)) return f;

@@ -118,11 +118,12 @@ std::optional<Failure> launch(const CompiledKernel& kernel, unsigned grid_x, uns
 // A compile error as the C API reports it (FJ_ERROR_COMPILE with NVRTC's log).
 Failure compile_failure(const Error& error);
 
-// Checks `workspace` against what `layout` needs, and enqueues the summaries of the arrays
-// the kernel reads into it (or into the kernel's own buffer when null), pointing `params`'
-// arrays at them.
-std::optional<Failure> check_workspace(const SummaryLayout& layout, const void* workspace,
-                                       uint64_t workspace_bytes);
+// The summaries a launch builds for the arrays the kernel reads (`layout`), with the caller's
+// workspace checked against them; then their enqueueing into it (or into the kernel's own
+// buffer when null), pointing `params`' arrays at them (nothing when there are none).
+std::optional<Failure> launch_summaries(const fj_kernel& kernel, const fj::MaskParams& params,
+                                        const void* workspace, uint64_t workspace_bytes,
+                                        SummaryLayout& layout);
 std::optional<Failure> enqueue_summaries(fj_kernel& kernel, const SummaryLayout& layout,
                                          void* workspace, fj::MaskParams& params, void* stream);
 

@@ -71,7 +71,6 @@ struct fj_plan {
   bool copy_recorded[2] = {false, false};
   int next_staging = 0;
   flexjit::WorkPlan work;  // the last successful update's
-  bool updated = false;
 
   ~fj_plan() {
     auto api = flexjit::cuda::driver_api();
@@ -257,7 +256,6 @@ std::optional<Failure> update_plan(fj_plan& plan, const int32_t* query_start_loc
   }
   plan.copy_recorded[k] = true;
   plan.next_staging = 1 - k;
-  plan.updated = true;
   return std::nullopt;
 }
 
@@ -275,12 +273,11 @@ std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a,
                 fmt::format("args hold {} requests and {} tokens, the plan's batch {} and {}",
                             a.num_reqs, a.num_tokens, plan.work.num_reqs, plan.work.num_tokens));
   }
-  auto layout = summary_layout(*kernel.entry, device.params.array);
-  if (!layout) return fail(FJ_ERROR_UNSUPPORTED, layout.error().message);
-  if (auto f = check_workspace(*layout, a.workspace, a.workspace_bytes)) return f;
-  if (!layout->entries.empty()) {
-    if (auto f = enqueue_summaries(kernel, *layout, a.workspace, device.params, stream)) return f;
+  SummaryLayout layout;
+  if (auto f = launch_summaries(kernel, device.params, a.workspace, a.workspace_bytes, layout)) {
+    return f;
   }
+  if (auto f = enqueue_summaries(kernel, layout, a.workspace, device.params, stream)) return f;
   const auto counts = reinterpret_cast<const fj::WorkCounts*>(plan.memory);
   if (plan.prefill_grid > 0) {
     device.work_counts = counts;

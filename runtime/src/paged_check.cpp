@@ -216,6 +216,22 @@ void compare(const PagedCheckConfig& config, const HostPagedBatch& batch,
   report.relative_error = ref_sq > 0.0 ? std::sqrt(diff_sq / ref_sq) : std::sqrt(diff_sq);
 }
 
+// Device copies of array parameters and their descriptors (an empty array gets a null pointer).
+Result<bool> upload_arrays(const cuda::DriverApi& api, const std::vector<HostArray>& host,
+                           std::deque<DeviceBuffer>& buffers, std::vector<fj_array>& arrays) {
+  for (const HostArray& array : host) {
+    DeviceBuffer& buffer = buffers.emplace_back(api);
+    if (!array.bits.empty()) {
+      if (auto status = buffer.upload(array.bits.data(), array.bits.size() * 4); !status) {
+        return status;
+      }
+    }
+    arrays.push_back(
+        {array.bits.empty() ? nullptr : buffer.get(), array.rows, array.cols, array.cols});
+  }
+  return true;
+}
+
 // The plan shape that holds exactly `batch`.
 fj_plan_shape plan_shape_of(const fj_paged_attention_args& paged) {
   fj_plan_shape shape{};
@@ -515,15 +531,8 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   }
   std::deque<DeviceBuffer> array_buffers;  // a deque: buffers neither copy nor move
   std::vector<fj_array> arrays;
-  for (const HostArray& array : batch.arrays) {
-    DeviceBuffer& buffer = array_buffers.emplace_back(api);
-    if (!array.bits.empty()) {
-      if (auto status = buffer.upload(array.bits.data(), array.bits.size() * 4); !status) {
-        return status.error();
-      }
-    }
-    arrays.push_back(
-        {array.bits.empty() ? nullptr : buffer.get(), array.rows, array.cols, array.cols});
+  if (auto status = upload_arrays(api, batch.arrays, array_buffers, arrays); !status) {
+    return status.error();
   }
 
   fj_paged_attention_args paged =
@@ -727,17 +736,10 @@ Result<std::vector<PagedCheckReport>> run_graph_replay_check(
         seq_lens.fill(reqs * 4, 0), table.fill(table_bytes, 0)}) {
     if (!status) return status.error();
   }
-  std::deque<DeviceBuffer> array_buffers;
+  std::deque<DeviceBuffer> array_buffers;  // a deque: buffers neither copy nor move
   std::vector<fj_array> arrays;
-  for (const HostArray& array : inputs[0].batch.arrays) {
-    DeviceBuffer& buffer = array_buffers.emplace_back(api);
-    if (!array.bits.empty()) {
-      if (auto status = buffer.upload(array.bits.data(), array.bits.size() * 4); !status) {
-        return status.error();
-      }
-    }
-    arrays.push_back(
-        {array.bits.empty() ? nullptr : buffer.get(), array.rows, array.cols, array.cols});
+  if (auto status = upload_arrays(api, inputs[0].batch.arrays, array_buffers, arrays); !status) {
+    return status.error();
   }
 
   // The captured arguments: the largest batch's counts over the shared buffers.
