@@ -10,12 +10,16 @@ __device__ __forceinline__ u32 smem_address(const void* pointer) {
   return static_cast<u32>(__cvta_generic_to_shared(pointer));
 }
 
-// 16-byte asynchronous copy global -> shared; when `valid` is false the destination is zeroed
-// and nothing is read.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
+// 16-byte asynchronous copy global -> shared address `smem`; when `valid` is false the
+// destination is zeroed and nothing is read.
+__device__ __forceinline__ void cp_async_16_shared(u32 smem, const void* global, bool valid) {
   const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)),
-               "l"(global), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(global),
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
+  cp_async_16_shared(smem_address(smem), global, valid);
 }
 
 __device__ __forceinline__ void cp_async_wait_all() {

@@ -8,22 +8,46 @@
 
 namespace fj {
 
-// Tile shape of the paged prefill kernel: one CTA of four warps computes kPrefillBlockM packed
-// query rows (16 per warp) against K/V tiles of kPrefillBlockN keys.
+// Tile shape of the mma.sync prefill kernel (paged_prefill.cuh): one CTA of four warps computes
+// kPrefillBlockM packed query rows (16 per warp) against K/V tiles of kPrefillBlockN keys.
 constexpr int kPrefillBlockM = 64;
 constexpr int kPrefillBlockN = 64;
 constexpr int kPrefillThreads = 128;
-FJ_HD constexpr int prefill_block_m(int head_dim) {
-  return kPrefillBlockM;
+
+// The Hopper prefill kernel (paged_prefill_sm90.cuh, sm_90a, head dims 64 and 128): a
+// producer warpgroup gathers K/V tiles of kWgmmaBlockN keys into a ring of kWgmmaStages
+// stages, two consumer warpgroups of 64 rows each issue wgmma. The visited tiles are listed
+// kWgmmaTileList at a time. The producer gives registers to the consumers (setmaxnreg).
+constexpr int kWgmmaBlockM = 128;
+constexpr int kWgmmaBlockN = 64;
+constexpr int kWgmmaThreads = 384;
+constexpr int kWgmmaTileList = 1024;
+constexpr int kWgmmaProducerRegisters = 72;
+constexpr int kWgmmaConsumerRegisters = 216;
+constexpr int kWgmmaStages = 4;
+FJ_HD constexpr bool prefill_uses_wgmma(int head_dim, bool sm90a) {
+  return sm90a && (head_dim == 64 || head_dim == 128);
 }
 
-// Shared memory: Q, K and V tiles of 16-bit elements, rows padded by 16 bytes so that
-// ldmatrix's eight row addresses fall in different banks.
+// Launch shape of the prefill kernel of a head dim, on sm_90a or not.
+FJ_HD constexpr int prefill_block_m(int head_dim, bool sm90a) {
+  return prefill_uses_wgmma(head_dim, sm90a) ? kWgmmaBlockM : kPrefillBlockM;
+}
+FJ_HD constexpr int prefill_threads(int head_dim, bool sm90a) {
+  return prefill_uses_wgmma(head_dim, sm90a) ? kWgmmaThreads : kPrefillThreads;
+}
+
+// Shared memory of the mma.sync kernels: Q, K and V tiles of 16-bit elements, rows padded by
+// 16 bytes so that ldmatrix's eight row addresses fall in different banks.
 FJ_HD constexpr int prefill_smem_row_elems(int head_dim) {
   return head_dim + 8;
 }
-FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim) {
-  return 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
+// The wgmma kernel's: Q and the K/V stages, unpadded (128-byte swizzle), plus 1024 bytes to
+// align them to the swizzle pattern.
+FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim, bool sm90a) {
+  return prefill_uses_wgmma(head_dim, sm90a)
+             ? 1024 + (kWgmmaBlockM + kWgmmaStages * 2 * kWgmmaBlockN) * head_dim * 2
+             : 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
 }
 
 // Work lists of planned launches (fj_plan, DESIGN.md §5): the host planner writes them into
@@ -35,7 +59,7 @@ struct WorkCounts {
   i32 reserved[2];
 };
 
-// kPrefillBlockM packed query rows [row0, row0 + kPrefillBlockM) of one request and kv head.
+// prefill_block_m() packed query rows from row0 of one request and kv head.
 struct PrefillWorkItem {
   i32 request;
   i32 kv_head;

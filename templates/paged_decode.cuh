@@ -76,8 +76,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   const unsigned short* v_cache = static_cast<const unsigned short*>(args.v_cache);
   const i64 k_head_offset = static_cast<i64>(kv_head) * args.k_stride_head;
   const i64 v_head_offset = static_cast<i64>(kv_head) * args.v_stride_head;
-  const i64 capacity = static_cast<i64>(args.max_blocks_per_req) * kPageSize;
-  const int kv_end = capacity >= seq_len ? seq_len : static_cast<int>(capacity);
+  const int kv_end = kv_end_of<kPageSize>(args, seq_len);
 
   // This split's share of the tiles the rows may see: equal parts in tile order.
   const KvRange range =

@@ -110,13 +110,47 @@ __device__ __forceinline__ PackedRows packed_rows_of(const PagedPrefillArgs& arg
   return block;
 }
 
-// Issues the cp.async copies of the block's kRows query rows into `q_tile` (rows of
-// prefill_smem_row_elems(kHeadDim)); rows past the request are zeroed. The caller commits.
-template <int kHeadDim, int kRows, int kThreads>
+// The online-softmax step of a thread's two rows (quad_row and quad_row + 8 of an m16 tile) for
+// a tile whose per-thread maxima are `tile_max`: the rows' new maxima (over the quad), those
+// maxima in log2 units (P = exp2(x * log2e - max_scaled)), and the factor that the running sums
+// (rescaled here) and the output accumulators take.
+__device__ __forceinline__ void update_row_max(const float (&tile_max)[2], float (&row_max)[2],
+                                               float (&row_sum)[2], float (&max_scaled)[2],
+                                               float (&rescale)[2]) {
+  for (int i = 0; i < 2; ++i) {
+    const float new_max = fmaxf(row_max[i], quad_max(tile_max[i]));
+    // Until a row has seen a visible key its max is -inf: keep the scale finite so that
+    // exp2(-inf - max) is 0 rather than NaN.
+    max_scaled[i] = new_max == negative_infinity() ? 0.0f : new_max * kLog2e;
+    rescale[i] = exp2f(row_max[i] * kLog2e - max_scaled[i]);
+    row_max[i] = new_max;
+    row_sum[i] *= rescale[i];
+  }
+}
+
+// Keys of a request of seq_len keys that the block table can address: a seq_len beyond it reads
+// nothing past the table.
+template <int kPageSize>
+__device__ __forceinline__ int kv_end_of(const PagedPrefillArgs& args, int seq_len) {
+  const i64 capacity = static_cast<i64>(args.max_blocks_per_req) * kPageSize;
+  return kPageSize == 0 || capacity >= seq_len ? seq_len : static_cast<int>(capacity);
+}
+
+// Shared-memory layout of the mma.sync kernels' tiles: rows of prefill_smem_row_elems(kHeadDim)
+// elements. A layout gives the element offset of the 8-element chunk `chunk` of row `row`.
+template <int kHeadDim>
+struct PaddedRows {
+  static __device__ __forceinline__ int offset(int row, int chunk) {
+    return row * prefill_smem_row_elems(kHeadDim) + chunk * 8;
+  }
+};
+
+// Issues the cp.async copies of the block's kRows query rows into `q_tile`, laid out by Layout;
+// rows past the request are zeroed. The caller commits.
+template <int kHeadDim, int kRows, int kThreads, class Layout = PaddedRows<kHeadDim>>
 __device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedPrefillArgs& args,
                                             const PackedRows& block) {
   constexpr int kChunksPerRow = kHeadDim / 8;
-  constexpr int kRow = prefill_smem_row_elems(kHeadDim);
   const unsigned short* q = static_cast<const unsigned short*>(args.q);
   for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
     const int row = c / kChunksPerRow;
@@ -129,22 +163,23 @@ __device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedP
       const i64 head = block.kv_head * block.group + packed % block.group;
       src = q + token * args.q_stride_token + head * args.q_stride_head + chunk * 8;
     }
-    cp_async_16(q_tile + row * kRow + chunk * 8, src, valid);
+    cp_async_16(q_tile + Layout::offset(row, chunk), src, valid);
   }
 }
 
-// Copies kPrefillBlockN rows of one kv head starting at key k0 into shared memory; rows at or
-// past `kv_end` are zeroed (never read), so block-table entries past the sequence are
-// untouched. kPageSize == 0 is the contiguous (encoder) layout: key j of the request is row
+// Copies kRows rows of one kv head starting at key k0 into shared memory, laid out by Layout;
+// rows at or past `kv_end` are zeroed (never read), so block-table entries past the sequence
+// are untouched. kPageSize == 0 is the contiguous (encoder) layout: key j of the request is row
 // `first_row + j` at `stride_slot`, and there is no block table.
-template <int kHeadDim, int kPageSize>
+template <int kHeadDim, int kPageSize, int kRows = kPrefillBlockN, int kThreads = kPrefillThreads,
+          class Layout = PaddedRows<kHeadDim>>
 __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigned short* cache,
                                              i64 stride_block, i64 stride_slot, i64 head_offset,
                                              const i32* block_row, i64 first_row, int k0,
                                              int kv_end) {
   constexpr int kChunksPerRow = kHeadDim / 8;
-  constexpr int kChunks = kPrefillBlockN * kChunksPerRow;
-  for (int c = threadIdx.x; c < kChunks; c += kPrefillThreads) {
+  constexpr int kChunks = kRows * kChunksPerRow;
+  for (int c = threadIdx.x; c < kChunks; c += kThreads) {
     const int row = c / kChunksPerRow;
     const int chunk = c % kChunksPerRow;
     const int key = k0 + row;
@@ -159,7 +194,7 @@ __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigne
               chunk * 8;
       }
     }
-    cp_async_16(tile + row * prefill_smem_row_elems(kHeadDim) + chunk * 8, src, valid);
+    cp_async_16(tile + Layout::offset(row, chunk), src, valid);
   }
 }
 
@@ -238,9 +273,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   const i64 k_head_offset = static_cast<i64>(kv_head) * args.k_stride_head;
   const i64 v_head_offset = static_cast<i64>(kv_head) * args.v_stride_head;
 
-  // Keys the block table can address; a seq_len beyond it reads nothing past the table.
-  const i64 capacity = static_cast<i64>(args.max_blocks_per_req) * kPageSize;
-  const int kv_end = kPageSize == 0 || capacity >= seq_len ? seq_len : static_cast<int>(capacity);
+  const int kv_end = kv_end_of<kPageSize>(args, seq_len);
   // Only the tiles of the keys the mask's kv range admits are visited (DESIGN.md §4); inside
   // it, classify() still skips Empty tiles.
   const KvRange range =
@@ -318,15 +351,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     }
     float rescale[2];
     float max_scaled[2];
-    for (int i = 0; i < 2; ++i) {
-      const float new_max = fmaxf(row_max[i], quad_max(tile_max[i]));
-      // Until a row has seen a visible key its max is -inf: keep the scale finite so that
-      // exp2(-inf - max) is 0 rather than NaN.
-      max_scaled[i] = new_max == neg_inf ? 0.0f : new_max * kLog2e;
-      rescale[i] = exp2f(row_max[i] * kLog2e - max_scaled[i]);
-      row_max[i] = new_max;
-      row_sum[i] *= rescale[i];
-    }
+    update_row_max(tile_max, row_max, row_sum, max_scaled, rescale);
     for (int j = 0; j < kNTilesO; ++j) {
       o[j][0] *= rescale[0];
       o[j][1] *= rescale[0];
@@ -380,21 +405,36 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   }
 }
 
-// The kernel: one CTA per (row tile, request, kv head) of the grid, or, for a planned launch, a
-// persistent grid whose CTAs take the work list's items in turn.
+// Runs `block(request, kv_head, row0)` for the CTA's work: one block of kBlockM rows per CTA of
+// the grid (row tile, request, kv head), or, for a planned launch, a persistent grid whose CTAs
+// take the work list's items in turn.
+// `block` has one call site, so that it is inlined once.
+template <int kBlockM, class Block>
+__device__ __forceinline__ void run_prefill_work(const PagedPrefillArgs& args, const Block& block) {
+  const bool planned = args.work_items != nullptr;
+  const int count = planned ? args.work_counts->prefill : 1;
+  const int step = planned ? static_cast<int>(gridDim.x) : 1;
+  for (int i = planned ? static_cast<int>(blockIdx.x) : 0; i < count; i += step) {
+    int request = static_cast<int>(blockIdx.y);
+    int kv_head = static_cast<int>(blockIdx.z);
+    int row0 = static_cast<int>(blockIdx.x) * kBlockM;
+    if (planned) {
+      const PrefillWorkItem item = args.work_items[i];
+      request = item.request;
+      kv_head = item.kv_head;
+      row0 = item.row0;
+      __syncthreads();  // every warp is done with the previous item's shared memory
+    }
+    block(request, kv_head, row0);
+  }
+}
+
+// The mma.sync kernel (sm_80 and later).
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
 __device__ void paged_prefill(const PagedPrefillArgs& args) {
-  if (args.work_items == nullptr) {
-    prefill_block<Variant, kHeadDim, kBF16, kPageSize>(args, blockIdx.y, blockIdx.z,
-                                                       blockIdx.x * kPrefillBlockM);
-    return;
-  }
-  const int count = args.work_counts->prefill;
-  for (int i = blockIdx.x; i < count; i += gridDim.x) {
-    const PrefillWorkItem item = args.work_items[i];
-    __syncthreads();  // every warp is done with the previous item's shared memory
-    prefill_block<Variant, kHeadDim, kBF16, kPageSize>(args, item.request, item.kv_head, item.row0);
-  }
+  run_prefill_work<kPrefillBlockM>(args, [&](int request, int kv_head, int row0) {
+    prefill_block<Variant, kHeadDim, kBF16, kPageSize>(args, request, kv_head, row0);
+  });
 }
 
 }  // namespace fj

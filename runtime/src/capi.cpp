@@ -565,7 +565,8 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
                                         int32_t num_tokens, void* stream) {
   const int64_t group = device.num_heads / device.num_kv_heads;
   const int64_t packed_rows = int64_t{max_query_len} * group;
-  const int64_t block_m = fj::prefill_block_m(kernel.config.head_dim);
+  const PrefillLaunchShape shape = prefill_launch_shape(kernel.config);
+  const int64_t block_m = shape.block_m;
   const int64_t q_tiles = (packed_rows + block_m - 1) / block_m;
   if (q_tiles > 0x7fffffff) {
     return fail(FJ_ERROR_UNSUPPORTED, "the longest query times the GQA group is too large");
@@ -585,8 +586,8 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
   if (auto f = enqueue_summaries(kernel, layout, workspace, device.params, stream)) return f;
   return launch(*kernel.compiled, static_cast<unsigned>(q_tiles),
                 static_cast<unsigned>(num_sequences), static_cast<unsigned>(device.num_kv_heads),
-                fj::kPrefillThreads, fj::paged_prefill_smem_bytes(kernel.config.head_dim), stream,
-                &device);
+                static_cast<unsigned>(shape.threads), static_cast<unsigned>(shape.smem_bytes),
+                stream, &device);
 }
 
 void set_last_error(const fj_context* context, std::string message) {

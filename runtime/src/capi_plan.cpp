@@ -136,7 +136,7 @@ std::optional<Failure> create_plan(fj_kernel& kernel, const fj_plan_shape& s, fj
   shape.num_heads = s.num_heads;
   shape.num_kv_heads = s.num_kv_heads;
   shape.page_size = kernel.config.page_size;
-  shape.head_dim = kernel.config.head_dim;
+  shape.prefill_block_m = prefill_launch_shape(kernel.config).block_m;
 
   CUdevice device;
   if (auto f = driver_failure(api, "cuCtxGetDevice", api.cuCtxGetDevice(&device))) return f;
@@ -162,8 +162,8 @@ std::optional<Failure> create_plan(fj_kernel& kernel, const fj_plan_shape& s, fj
   plan.decode_grid =
       static_cast<unsigned>(std::min<int64_t>(capacity->decode_items, shape.decode_wave));
   if (capacity->prefill_items > 0) {
-    auto prefill_ctas = ctas_per_sm(api, *kernel.compiled, fj::kPrefillThreads,
-                                    fj::paged_prefill_smem_bytes(kernel.config.head_dim));
+    const PrefillLaunchShape launch = prefill_launch_shape(kernel.config);
+    auto prefill_ctas = ctas_per_sm(api, *kernel.compiled, launch.threads, launch.smem_bytes);
     if (!prefill_ctas) return fail(FJ_ERROR_CUDA, prefill_ctas.error().message);
     plan.prefill_grid = static_cast<unsigned>(
         std::min<int64_t>(capacity->prefill_items, int64_t{sms} * *prefill_ctas));
@@ -283,8 +283,9 @@ std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a,
     device.work_counts = counts;
     device.work_items =
         reinterpret_cast<const fj::PrefillWorkItem*>(plan.memory + plan.layout.prefill_items);
-    if (auto f = launch(*kernel.compiled, plan.prefill_grid, 1, 1, fj::kPrefillThreads,
-                        fj::paged_prefill_smem_bytes(kernel.config.head_dim), stream, &device)) {
+    const PrefillLaunchShape shape = prefill_launch_shape(kernel.config);
+    if (auto f = launch(*kernel.compiled, plan.prefill_grid, 1, 1, shape.threads, shape.smem_bytes,
+                        stream, &device)) {
       return f;
     }
   }

@@ -22,6 +22,16 @@ struct PrefillKernelConfig {
 bool prefill_head_dim_supported(int head_dim);
 bool prefill_page_size_supported(int page_size);
 
+// Launch shape of a config's prefill kernel: the wgmma kernel on sm_90a for head dims 64, 128
+// and 256 (fj::prefill_uses_wgmma), the mma.sync kernel otherwise.
+struct PrefillLaunchShape {
+  bool wgmma = false;
+  int block_m = 0;  // packed query rows per CTA (and per planned work item)
+  int threads = 0;
+  int smem_bytes = 0;  // dynamic shared memory
+};
+PrefillLaunchShape prefill_launch_shape(const PrefillKernelConfig& config);
+
 // "prefill_sliding_softcap_hd128_bf16_page16_sm90a"; "encoder_sliding_sym_hd64_fp16_sm80"
 std::string prefill_kernel_name(std::string_view mask_name, const PrefillKernelConfig& config);
 

@@ -65,8 +65,7 @@ Result<PlanCapacity> plan_capacity(const PlanShape& shape) {
     const int64_t prefill_requests =
         std::min<int64_t>(shape.max_num_reqs, token_rows / (fj::kDecodeMaxRows + 1));
     capacity.prefill_items =
-        (token_rows / fj::prefill_block_m(shape.head_dim) + prefill_requests) *
-        shape.num_kv_heads;
+        (token_rows / shape.prefill_block_m + prefill_requests) * shape.num_kv_heads;
   }
   constexpr int64_t kLimit = std::numeric_limits<int32_t>::max();
   if (capacity.decode_items > kLimit || capacity.prefill_items > kLimit ||
@@ -94,7 +93,7 @@ Result<bool> build_plan(const PlanShape& shape, std::span<const int32_t> query_s
   const int64_t key_capacity = max_blocks_per_req * shape.page_size;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int kv_heads = shape.num_kv_heads;
-  const int block_m = fj::prefill_block_m(shape.head_dim);
+  const int block_m = shape.prefill_block_m;
 
   // Pass 1: check every request and sort it into the decode or the prefill path.
   thread_local std::vector<DecodeRequest> decode;

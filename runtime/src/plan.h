@@ -22,7 +22,7 @@ struct PlanShape {
   int num_heads = 0;
   int num_kv_heads = 0;
   int page_size = 16;
-  int head_dim = 128;  // the prefill kernel's rows per item, fj::prefill_block_m, depend on it
+  int prefill_block_m = fj::kPrefillBlockM;  // packed rows per prefill item (the kernel's CTA)
   // CTAs of the decode kernel the device runs at once (SMs times CTAs per SM): the planner
   // splits keys until one wave is full.
   int decode_wave = 1;
@@ -62,7 +62,7 @@ struct WorkPlan {
 // Requests of at most fj::kDecodeMaxRows packed rows (query tokens times the GQA group) become
 // decode items of fj::kDecodeRows rows; when those do not fill one decode wave, each is split
 // into equal parts of at least kMinSplitTiles tiles, as many as fill it. Longer requests become
-// prefill items of fj::prefill_block_m(head_dim) rows, those that see the most keys first (the persistent
+// prefill items of prefill_block_m rows, those that see the most keys first (the persistent
 // grid then ends with short items).
 Result<bool> build_plan(const PlanShape& shape, std::span<const int32_t> query_start_loc,
                         std::span<const int32_t> seq_lens, int64_t max_blocks_per_req,

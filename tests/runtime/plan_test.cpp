@@ -5,23 +5,20 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <map>
 #include <numeric>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "embedded_templates.h"
 #include "flexjit/compiler/mask.h"
-#include "flexjit/dsl/frontend.h"
 #include "flexjit/flexjit.h"
 #include "kernel_source.h"
 #include "nvrtc_compiler.h"
 #include "plan.h"
+#include "runtime/standard_masks.h"
 
 using flexjit::PlanShape;
 using flexjit::WorkPlan;
@@ -189,7 +186,7 @@ TEST_CASE("a mixed batch: prefill tiles longest first, decodes split only to fil
   for (int r = 0; r < 60; ++r)  // decodes
     batch.add(1, 1000 + 37 * r);
   const WorkPlan plan = plan_of(shape, batch);
-  const int block_m = fj::prefill_block_m(shape.head_dim);
+  const int block_m = shape.prefill_block_m;
   CHECK(plan.counts.prefill == (2 * 2048 * 4 / block_m) * 8);
   CHECK(plan.counts.decode == 60 * 8);
   check_decode_cover(plan, shape);
@@ -224,7 +221,7 @@ TEST_CASE("random batches stay within the plan's capacity", "[plan]") {
     const int tokens = reqs * max_query;
     PlanShape shape =
         shape_of(reqs, tokens, max_query, kv_heads * group, kv_heads, 1 + rng() % 600);
-    shape.head_dim = std::array{64, 128, 256}[rng() % 3];  // prefill items of 128 or 64 rows
+    shape.prefill_block_m = std::array{64, 128}[rng() % 2];  // the two prefill kernels' rows
     Batch batch;
     const int n = 1 + static_cast<int>(rng() % reqs);
     for (int r = 0; r < n; ++r) {
@@ -298,16 +295,8 @@ TEST_CASE("a decode-only shape has no prefill capacity", "[plan]") {
 }
 
 TEST_CASE("the decode kernel of every standard variant compiles without spills", "[plan]") {
-  std::ifstream in(FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask");
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::vector<flexjit::dsl::Diagnostic> diagnostics;
-  const flexjit::dsl::Module module =
-      flexjit::dsl::parse_and_check({"standard.mask", text.str()}, diagnostics);
-  REQUIRE(diagnostics.empty());
-  std::vector<flexjit::NvrtcHeader> headers;
-  for (const flexjit::EmbeddedFile& file : flexjit::embedded_templates())
-    headers.push_back({file.name, file.text});
+  const flexjit::dsl::Module module = standard_masks();
+  const std::vector<flexjit::NvrtcHeader> headers = template_headers();
   const std::vector<std::string> options = {std::string(flexjit::kPtxasVerboseOption)};
   // Every variant at head dim 128 for Hopper; causal at every head dim and for sm_80.
   std::vector<std::tuple<std::string, int, std::string>> cases;

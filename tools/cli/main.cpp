@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_check.h"
+#include "cuda_driver.h"
 #include "disk_cache.h"
 #include "embedded_templates.h"
 #include "environment.h"
@@ -35,8 +37,6 @@
 #include "kernel_args.cuh"
 #include "kernel_source.h"
 #include "nvrtc_compiler.h"
-#include "cpu_check.h"
-#include "cuda_driver.h"
 #include "paged_check.h"
 
 extern char** environ;
@@ -457,7 +457,8 @@ std::vector<flexjit::NvrtcHeader> template_headers() {
 
 // ptxas's own report for the kernel: the same source and options compiled once more with
 // --ptxas-options=-v (which changes the log, not the code), outside the cache.
-int print_resources(const flexjit::KernelSpec& spec, int head_dim, bool json) {
+int print_resources(const flexjit::KernelSpec& spec, const flexjit::PrefillKernelConfig& config,
+                    bool json) {
   std::vector<std::string> options = spec.options;
   options.emplace_back(flexjit::kPtxasVerboseOption);
   auto output = flexjit::nvrtc_compile(spec.name + ".cu", spec.source, template_headers(),
@@ -465,7 +466,7 @@ int print_resources(const flexjit::KernelSpec& spec, int head_dim, bool json) {
   if (!output) return report_error(output.error());
   auto resources = flexjit::parse_ptxas_resources(output->log, spec.name);
   if (!resources) return report_error(resources.error());
-  const size_t dynamic_smem = fj::paged_prefill_smem_bytes(head_dim);
+  const size_t dynamic_smem = flexjit::prefill_launch_shape(config).smem_bytes;
   if (json) {
     fmt::print("{}\n", nlohmann::json{{"kernel", spec.name},
                                       {"arch", spec.arch},
@@ -537,7 +538,7 @@ int command_compile_one(const std::string& path, const CompileOptions& options) 
                      name)});
   }
   int status = 0;
-  if (options.resources) status |= print_resources(spec, kernel->config.head_dim, options.json);
+  if (options.resources) status |= print_resources(spec, kernel->config, options.json);
   if (options.ptx) {
     std::string virtual_arch = spec.arch;
     virtual_arch.replace(0, 3, "compute_");  // sm_90a -> compute_90a

@@ -1,0 +1,448 @@
+// Paged prefill attention on Hopper (sm_90a) with warpgroup MMA, for head dims 64 and 128:
+// the contract, the hooks and the numerics are those of paged_prefill.cuh, only the tiling
+// differs. One CTA computes kWgmmaBlockM packed query rows of one request against one kv head
+// with three warpgroups: a producer copies K/V tiles and two consumers (64 rows each) compute.
+// - Q, K and V live in shared memory in the 128-byte-swizzled layout of fj_wgmma.cuh; S = Q K^T
+//   reads both operands from there, O += P V takes P from registers (the S accumulator, rounded
+//   to 16 bits, is already in the A-operand layout) and V from shared memory.
+// - The consumers first list the K/V tiles the CTA visits (inside kv_range, not Empty, with
+//   their class) into shared memory. The producer then gathers the listed tiles from the pages
+//   (cp.async) into a ring of kStages K/V stages; an mbarrier per stage says when a stage is
+//   full (the copies' completion arrives on it) and another when both consumers are done with
+//   it. The consumers never wait for each other, so one's softmax runs beside the other's MMAs.
+// - Each consumer also overlaps its own work: S_i = Q K_i^T runs on the tensor cores with
+//   O += P_{i-1} V_{i-1}, and the softmax of S_i with the latter.
+#pragma once
+
+#include "fj_wgmma.cuh"
+#include "paged_prefill.cuh"
+
+namespace fj {
+
+// Element offsets of the swizzled layout (fj_wgmma.cuh) of a tile of kRows rows.
+template <int kRows>
+struct Swizzled128Rows {
+  static __device__ __forceinline__ int offset(int row, int chunk) {
+    return static_cast<int>(sw128_offset<kRows>(row, chunk) / 2);
+  }
+};
+
+// One producer thread's share of copying K/V tiles of kRows keys into the swizzled layout:
+// 16-byte chunk `chunk` of rows row0 + pass * kRowsPerPass. What does not change from tile to
+// tile (the chunk, the rows, the head's column) is computed once.
+template <int kHeadDim, int kRows, int kThreads, int kPageSize>
+struct SwizzledTileCopy {
+  static constexpr int kChunksPerRow = kHeadDim / 8;
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static constexpr int kPasses = kRows / kRowsPerPass;
+  static_assert(kRows % kRowsPerPass == 0, "passes cover the tile");
+  int row0;
+  int chunk;
+  const unsigned short* base;  // the cache plus the head's and the chunk's column
+
+  __device__ __forceinline__ SwizzledTileCopy(int thread, const unsigned short* cache,
+                                              i64 head_offset) {
+    chunk = thread % kChunksPerRow;
+    row0 = thread / kChunksPerRow;
+    base = cache + head_offset + chunk * 8;
+  }
+
+  // Block-table entries a tile needs per thread: with pages that divide the tile (or tiles
+  // that divide the pages; tiles start at multiples of kRows) a thread's passes share
+  // kRows / kPageSize entries (one); otherwise one per pass.
+  static constexpr bool kWholePages = kPageSize != 0 &&
+                                      (kRows % kPageSize == 0 || kPageSize % kRows == 0) &&
+                                      (kPageSize >= kRows || kPageSize % kRowsPerPass == 0);
+  static constexpr int kPages =
+      kPageSize == 0 ? 1 : (kWholePages ? (kPageSize >= kRows ? 1 : kRows / kPageSize) : kPasses);
+  // The entry of pass `pass`: keys k0 + row0 + pass * kRowsPerPass, k0 a multiple of kRows.
+  __device__ __forceinline__ int page_of(int pass) const {
+    if constexpr (!kWholePages) {
+      return pass;
+    } else if constexpr (kPageSize >= kRows) {
+      return 0;
+    } else {
+      return (row0 + pass * kRowsPerPass) / kPageSize;
+    }
+  }
+
+  // The block-table entries of this thread's rows of keys [k0, k0 + kRows) (0 past kv_end;
+  // nothing to read for a contiguous cache).
+  __device__ __forceinline__ void read_pages(i32 (&pages)[kPages], const i32* block_row, int k0,
+                                             int kv_end) const {
+    if constexpr (kPageSize != 0) {
+#pragma unroll
+      for (int j = 0; j < kPages; ++j) {
+        // The first key of entry j (of pass j when pages are not whole).
+        const int key = kWholePages ? k0 + j * kPageSize : k0 + row0 + j * kRowsPerPass;
+        pages[j] = key < kv_end ? block_row[static_cast<u32>(key) / kPageSize] : 0;
+      }
+    }
+  }
+
+  // Keys [k0, k0 + kRows) into the tile at shared address `tile`, with their pages from
+  // read_pages; keys at or past kv_end are zeroed and read nothing. kPageSize == 0: key j is row
+  // first_row + j. Keys are never negative: the slot is an unsigned remainder.
+  __device__ __forceinline__ void copy(u32 tile, i64 stride_block, i64 stride_slot,
+                                       const i32 (&pages)[kPages], i64 first_row, int k0,
+                                       int kv_end) const {
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int row = row0 + pass * kRowsPerPass;
+      const int key = k0 + row;
+      i64 offset;
+      if constexpr (kPageSize == 0) {
+        offset = (first_row + key) * stride_slot;
+      } else {
+        offset = static_cast<i64>(static_cast<u32>(pages[page_of(pass)])) * stride_block +
+                 static_cast<i64>(static_cast<u32>(key) % kPageSize) * stride_slot;
+      }
+      const bool valid = key < kv_end;
+      cp_async_16_shared(tile + sw128_offset<kRows>(row, chunk), valid ? base + offset : base,
+                         valid);
+    }
+  }
+};
+
+// What the roles share, at namespace scope (a static __shared__ array in the block function
+// would exist once per role's instantiation; the translation unit holds this one kernel).
+// Stage s of the K/V ring is full when mbarrier s completes a phase (the producer's copies
+// have landed), free when mbarrier kWgmmaStages + s does (both consumers are done reading it).
+__shared__ __align__(8) unsigned long long fj_wgmma_barriers[2 * kWgmmaStages];
+__shared__ int fj_wgmma_tile_list[kWgmmaTileList];  // tile * 4 + TileClass
+__shared__ int fj_wgmma_warp_counts[(kWgmmaThreads - 128) / 32];
+
+// The K/V ring as each thread sees it: `tiles` counts the tiles that have gone through it, so
+// the i-th tile overall uses stage i % kWgmmaStages in phase i / kWgmmaStages, for producer and
+// consumers alike, across blocks of a persistent launch.
+struct KvPipeline {
+  u32 tiles = 0;
+  __device__ __forceinline__ u32 full(int stage) const {
+    return smem_address(fj_wgmma_barriers) + 8u * stage;
+  }
+  __device__ __forceinline__ u32 empty(int stage) const {
+    return smem_address(fj_wgmma_barriers) + 8u * (kWgmmaStages + stage);
+  }
+};
+
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kProducer>
+__device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args, const int request,
+                                                   const int kv_head, const int row0,
+                                                   KvPipeline& pipe) {
+  static_assert(kHeadDim % 64 == 0, "the wgmma kernel takes head dims in 64-column chunks");
+  static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16 (0: contiguous)");
+  constexpr int kBlockM = kWgmmaBlockM;
+  constexpr int kBlockN = kWgmmaBlockN;
+  constexpr int kStages = kWgmmaStages;
+  constexpr int kConsumerThreads = kWgmmaThreads - 128;
+  constexpr int kConsumerWarps = kConsumerThreads / 32;
+  constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  constexpr int kTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
+  constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q·K^T
+  constexpr int kOChunks = kHeadDim / 64;             // 64-column accumulators of O
+  static_assert(kBlockN == 64, "S is one m64n64 accumulator");
+
+  extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
+  // The swizzle pattern repeats every 1024 bytes: tiles start on such a boundary.
+  const u32 raw = smem_address(fj_prefill_smem);
+  unsigned char* const smem = fj_prefill_smem + (((raw + 1023u) & ~1023u) - raw);
+  unsigned short* const q_tile = reinterpret_cast<unsigned short*>(smem);
+  // Stage s: K at kv_stages + s * 2 * kTileBytes, V kTileBytes after it.
+  const u32 stages_address = smem_address(smem + kQBytes);
+  int* const tile_list = fj_wgmma_tile_list;
+  int* const warp_counts = fj_wgmma_warp_counts;
+
+  const Variant variant{};
+  const PackedRows block = packed_rows_of(args, request, kv_head, row0, kBlockM, kPageSize == 0);
+  if (row0 >= block.packed_rows) return;
+  const int token_begin = block.token_begin;
+  const int seq_len = block.seq_len;
+  const int q_lo = block.q_lo();
+  const int q_hi = block.q_hi();
+  const int head_lo = block.head_lo();
+  const int head_hi = block.head_hi();
+  const int kv_end = kv_end_of<kPageSize>(args, seq_len);
+  const i32* block_row =
+      kPageSize == 0 ? nullptr
+                     : args.block_table + static_cast<i64>(request) * args.block_table_stride;
+
+  // Q, by every thread; visible to the consumers' wgmma after the listing's barriers.
+  load_q_rows<kHeadDim, kBlockM, kWgmmaThreads, Swizzled128Rows<kBlockM>>(q_tile, args, block);
+  cp_async_wait_all();
+  fence_proxy_async_shared();
+
+  // Only the tiles of the keys the mask's kv range admits are visited (DESIGN.md §4); inside
+  // it, classify() drops Empty tiles from the list.
+  const KvRange range =
+      kv_range_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi);
+  const int visible_end = min(range.hi, kv_end);
+  const int first_tile = range.lo / kBlockN;
+  const int end_tile = range.lo < visible_end ? (visible_end + kBlockN - 1) / kBlockN : first_tile;
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+
+  // Consumer state (unused by the producer's instantiation).
+  const int consumer_warp = warp - 4;      // 0..7: rows 16 * consumer_warp of the block
+  const int consumer = consumer_warp / 4;  // 0, 1: rows 64 * consumer
+  const int quad_row = lane / 4;           // row within the 8-row half of the warp's 16 rows
+  const int quad_col = lane % 4;
+  int row_q[2], row_head[2];  // this thread's two packed rows: quad_row and quad_row + 8
+  float o[kOChunks][32];
+  const float neg_inf = negative_infinity();
+  float row_max[2] = {neg_inf, neg_inf};
+  float row_sum[2] = {0.0f, 0.0f};
+  if constexpr (!kProducer) {
+    for (int i = 0; i < 2; ++i) {
+      const int packed = row0 + consumer_warp * 16 + quad_row + i * 8;
+      row_q[i] = block.position(packed);
+      row_head[i] = block.head(packed);
+    }
+    for (int c = 0; c < kOChunks; ++c)
+      for (int e = 0; e < 32; ++e)
+        o[c][e] = 0.0f;
+  }
+
+  for (int next = first_tile; next < end_tile;) {
+    // List the next tiles to visit, in order: each consumer thread classifies one tile per
+    // round; the producer keeps step with the barriers.
+    int listed = 0;
+    while (next < end_tile && listed + kConsumerThreads <= kWgmmaTileList) {
+      const int own = next + static_cast<int>(threadIdx.x) - 128;
+      TileClass own_class = TileClass::Empty;
+      if (!kProducer && own < end_tile) {
+        const int own_k0 = own * kBlockN;
+        own_class = classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi,
+                                       own_k0, min(own_k0 + kBlockN, kv_end));
+      }
+      const bool keep = own_class != TileClass::Empty;
+      const unsigned kept = __ballot_sync(0xffffffffu, keep);
+      if (!kProducer && lane == 0) warp_counts[consumer_warp] = __popc(kept);
+      __syncthreads();
+      int before = listed;
+      for (int w = 0; w < kConsumerWarps; ++w) {
+        before += w < consumer_warp ? warp_counts[w] : 0;
+        listed += warp_counts[w];
+      }
+      if (keep) {
+        tile_list[before + __popc(kept & ((1u << lane) - 1u))] =
+            own * 4 + static_cast<int>(own_class);
+      }
+      next += kConsumerThreads;
+      __syncthreads();  // the list is visible and warp_counts free for the next round
+    }
+
+    if constexpr (kProducer) {
+      using TileCopy = SwizzledTileCopy<kHeadDim, kBlockN, 128, kPageSize>;
+      const TileCopy k_copy(static_cast<int>(threadIdx.x),
+                            static_cast<const unsigned short*>(args.k_cache),
+                            static_cast<i64>(kv_head) * args.k_stride_head);
+      const TileCopy v_copy(static_cast<int>(threadIdx.x),
+                            static_cast<const unsigned short*>(args.v_cache),
+                            static_cast<i64>(kv_head) * args.v_stride_head);
+      // Each tile's copies form one cp.async group; the producer reports a tile full once the
+      // next tile's copies are out, so two tiles' copies are in flight at a time.
+      for (int i = 0; i < listed; ++i) {
+        const u32 t = pipe.tiles + i;
+        const int stage = static_cast<int>(t % kStages);
+        const int k0 = tile_list[i] / 4 * kBlockN;
+        i32 pages[TileCopy::kPages];
+        k_copy.read_pages(pages, block_row, k0, kv_end);
+        if (t >= kStages) mbarrier_wait(pipe.empty(stage), (t / kStages - 1) % 2);
+        const u32 k_tile = stages_address + stage * 2 * kTileBytes;
+        k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, token_begin, k0,
+                    kv_end);
+        v_copy.copy(k_tile + kTileBytes, args.v_stride_block, args.v_stride_slot, pages,
+                    token_begin, k0, kv_end);
+        cp_async_commit();
+        if (i > 0) {
+          cp_async_wait<1>();
+          mbarrier_arrive(pipe.full((t + kStages - 1) % kStages));
+        }
+      }
+      if (listed > 0) {
+        cp_async_wait<0>();
+        mbarrier_arrive(pipe.full((pipe.tiles + listed - 1) % kStages));
+      }
+    } else {
+      // Descriptors move with the address in their low bits (16-byte units), so each
+      // instruction's is a base plus a constant.
+      const unsigned long long q_desc =
+          wgmma_desc_sw128(smem_address(q_tile) + consumer * 64 * 128, 1024, 1024);
+      const unsigned long long stage_desc = wgmma_desc_sw128(stages_address, 1024, 1024);
+      // S = Q K^T for the consumer's 64 rows and the 64 keys of K stage `stage`; committed.
+      const auto issue_s = [&](float(&s)[32], int stage) {
+        const unsigned long long k_desc = stage_desc + ((stage * 2 * kTileBytes) >> 4);
+        for (int ks = 0; ks < kKSteps; ++ks) {
+          const int step = (ks % 4) * 32;
+          wgmma_64x64x16_ss<kBF16>(s, q_desc + (((ks / 4) * 128 * kBlockM + step) >> 4),
+                                   k_desc + (((ks / 4) * 128 * kBlockN + step) >> 4), ks > 0);
+        }
+        wgmma_commit();
+      };
+      // O += P V for V stage `stage`, 64 columns of V per instruction; committed.
+      const auto issue_pv = [&](const u32(&p)[kBlockN / 16][4], int stage) {
+        const unsigned long long v_desc = stage_desc + ((stage * 2 * kTileBytes + kTileBytes) >> 4);
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          for (int c = 0; c < kOChunks; ++c) {
+            wgmma_64x64x16_rs_mn<kBF16>(o[c], p[kk],
+                                        v_desc + ((c * 128 * kBlockN + kk * 16 * 128) >> 4));
+          }
+        }
+        wgmma_commit();
+      };
+      // O *= the rows' rescale factors (skipped when no row's max moved).
+      const auto rescale_o = [&](const float(&rescale)[2]) {
+        if (rescale[0] != 1.0f || rescale[1] != 1.0f) {
+          for (int c = 0; c < kOChunks; ++c) {
+            for (int e = 0; e < 32; ++e)
+              o[c][e] *= rescale[(e / 2) % 2];
+          }
+        }
+      };
+
+      u32 p_prev[kBlockN / 16][4];  // P_{i-1}, the A operand of the PV in flight
+      for (int i = 0; i < listed; ++i) {
+        const u32 t = pipe.tiles + i;
+        const int stage = static_cast<int>(t % kStages);
+        const int previous = static_cast<int>((t + kStages - 1) % kStages);
+        const int tile = tile_list[i] / 4;
+        const TileClass tile_class = static_cast<TileClass>(tile_list[i] % 4);
+        const int k0 = tile * kBlockN;
+        mbarrier_wait(pipe.full(stage), (t / kStages) % 2);
+        fence_proxy_async_shared();
+
+        float s[32];
+        wgmma_fence();
+        issue_s(s, stage);
+        if (i > 0) {
+          issue_pv(p_prev, previous);
+          wgmma_wait<1>();
+        } else {
+          wgmma_wait<0>();
+        }
+        fence_registers(s);
+
+        // Scale, score_mod, mask (per element only where the tile is Partial or runs past the
+        // sequence), then the online-softmax update. s[4j + e] is row quad_row + 8 * (e / 2),
+        // key k0 + 8j + 2 * quad_col + e % 2.
+        float tile_max[2] = {neg_inf, neg_inf};
+        const auto score_tile = [&](bool check_elements) {  // inlined twice: true and false
+          for (int j = 0; j < kBlockN / 8; ++j) {
+            for (int e = 0; e < 4; ++e) {
+              const int r = e / 2;
+              const int kv = k0 + j * 8 + quad_col * 2 + e % 2;
+              float x = s[4 * j + e] * args.scale;
+              if constexpr (Variant::kHasScore) {
+                x = variant.score(args.params, x, request, row_head[r], row_q[r], kv);
+              }
+              if (check_elements) {
+                if (kv >= kv_end ||
+                    !variant.mask(args.params, request, row_head[r], row_q[r], kv)) {
+                  x = neg_inf;
+                }
+              }
+              s[4 * j + e] = x;
+              tile_max[r] = fmaxf(tile_max[r], x);
+            }
+          }
+        };
+        // Full tiles inside the sequence skip the per-element mask (a separate, uniform path).
+        if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
+          score_tile(true);
+        } else {
+          score_tile(false);
+        }
+        float max_scaled[2];
+        float rescale[2];
+        update_row_max(tile_max, row_max, row_sum, max_scaled, rescale);
+        // P_i, rounded to 16 bits, in the A layout: k16 step kk takes n8 tiles 2kk and 2kk + 1.
+        u32 p[kBlockN / 16][4];
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          float v[8];
+          for (int e = 0; e < 8; ++e) {
+            v[e] = fast_exp2(s[8 * kk + e] * kLog2e - max_scaled[(e / 2) % 2]);
+            row_sum[(e / 2) % 2] += v[e];
+          }
+          for (int f = 0; f < 4; ++f)
+            p[kk][f] = pack_2x16<kBF16>(v[2 * f], v[2 * f + 1]);
+        }
+
+        // PV_{i-1} is done: its stage is free; rescale O to the new maxima for P_i V_i.
+        wgmma_wait<0>();
+        for (int c = 0; c < kOChunks; ++c)
+          fence_registers(o[c]);
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          fence_registers(p_prev[kk]);
+        if (i > 0) mbarrier_arrive(pipe.empty(previous));
+        rescale_o(rescale);
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          for (int f = 0; f < 4; ++f)
+            p_prev[kk][f] = p[kk][f];
+      }
+      if (listed > 0) {
+        // The last tile's PV.
+        const int last = static_cast<int>((pipe.tiles + listed - 1) % kStages);
+        wgmma_fence();
+        issue_pv(p_prev, last);
+        wgmma_wait<0>();
+        for (int c = 0; c < kOChunks; ++c)
+          fence_registers(o[c]);
+        mbarrier_arrive(pipe.empty(last));
+      }
+    }
+    pipe.tiles += listed;
+    __syncthreads();  // every role is done with the list before it is refilled
+  }
+  if constexpr (kProducer) return;
+
+  // Normalise and write. Each quad holds a full row; the row sum is reduced across it.
+  unsigned short* out = static_cast<unsigned short*>(args.out);
+  for (int r = 0; r < 2; ++r) {
+    const float total = quad_sum(row_sum[r]);
+    const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
+    if (packed >= block.packed_rows) continue;
+    const i64 token = token_begin + packed / block.group;
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    u32* out_row = reinterpret_cast<u32*>(out + token * args.out_stride_token +
+                                          static_cast<i64>(row_head[r]) * args.out_stride_head);
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+      const float* acc = &o[j / 8][4 * (j % 8) + 2 * r];
+      out_row[j * 4 + quad_col] = pack_2x16<kBF16>(acc[0] * inv, acc[1] * inv);
+    }
+    if (args.lse != nullptr && quad_col == 0) {
+      args.lse[token * args.lse_stride_token + row_head[r]] =
+          total > 0.0f ? row_max[r] + logf(total) : neg_inf;
+    }
+  }
+}
+
+// The kernel: the producer warpgroup hands its registers to the consumers (setmaxnreg), then
+// every role runs the CTA's blocks in step.
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+__device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
+  constexpr int kStages = kWgmmaStages;
+  KvPipeline pipe;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(pipe.full(s), 128);                   // the producer's threads
+      mbarrier_init(pipe.empty(s), kWgmmaThreads - 128);  // the consumers' threads
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<kWgmmaProducerRegisters>();
+    run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
+      prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, true>(args, request, kv_head, row0,
+                                                                    pipe);
+    });
+  } else {
+    setmaxnreg_inc<kWgmmaConsumerRegisters>();
+    run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
+      prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, false>(args, request, kv_head, row0,
+                                                                     pipe);
+    });
+  }
+}
+
+}  // namespace fj
