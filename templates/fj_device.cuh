@@ -22,6 +22,13 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool
   cp_async_16_shared(smem_address(smem), global, valid);
 }
 
+// A barrier of the whole CTA that threads may reach at different instructions (PTX
+// `barrier.sync` without .aligned; __syncthreads is the aligned form, which every thread must
+// reach at the same instruction): the warp-specialized kernel's roles sync from their own code.
+__device__ __forceinline__ void cta_barrier() {
+  asm volatile("barrier.sync 0;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
 }

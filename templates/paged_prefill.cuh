@@ -423,7 +423,7 @@ __device__ __forceinline__ void run_prefill_work(const PagedPrefillArgs& args, c
       request = item.request;
       kv_head = item.kv_head;
       row0 = item.row0;
-      __syncthreads();  // every warp is done with the previous item's shared memory
+      cta_barrier();  // every warp is done with the previous item's shared memory
     }
     block(request, kv_head, row0);
   }

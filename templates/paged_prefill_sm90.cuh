@@ -218,7 +218,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       const bool keep = own_class != TileClass::Empty;
       const unsigned kept = __ballot_sync(0xffffffffu, keep);
       if (!kProducer && lane == 0) warp_counts[consumer_warp] = __popc(kept);
-      __syncthreads();
+      cta_barrier();
       int before = listed;
       for (int w = 0; w < kConsumerWarps; ++w) {
         before += w < consumer_warp ? warp_counts[w] : 0;
@@ -229,7 +229,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
             own * 4 + static_cast<int>(own_class);
       }
       next += kConsumerThreads;
-      __syncthreads();  // the list is visible and warp_counts free for the next round
+      cta_barrier();  // the list is visible and warp_counts free for the next round
     }
 
     if constexpr (kProducer) {
@@ -392,7 +392,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       }
     }
     pipe.tiles += listed;
-    __syncthreads();  // every role is done with the list before it is refilled
+    cta_barrier();  // every role is done with the list before it is refilled
   }
   if constexpr (kProducer) return;
 
