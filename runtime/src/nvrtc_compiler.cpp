@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -176,6 +177,19 @@ Result<PtxasResources> parse_ptxas_resources(std::string_view log, std::string_v
   if (!found_registers) {
     return Error{fmt::format("the ptxas report for {} has no register count", function),
                  std::string(log)};
+  }
+  // Performance notes name their function anywhere in the log:
+  //   ptxas info : (C7514) Potential Performance Loss: wgmma.mma_async instructions are
+  //   serialized due to ... in the function 'NAME'
+  const std::string quoted = fmt::format("'{}'", function);
+  for (size_t line_start = 0; line_start < log.size();) {
+    const size_t line_end = std::min(log.find('\n', line_start), log.size());
+    const std::string_view line = log.substr(line_start, line_end - line_start);
+    if (line.find("wgmma.mma_async instructions are serialized") != std::string_view::npos &&
+        line.find(quoted) != std::string_view::npos) {
+      resources.wgmma_serialized = true;
+    }
+    line_start = line_end + 1;
   }
   return resources;
 }

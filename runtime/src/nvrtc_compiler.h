@@ -45,6 +45,9 @@ struct PtxasResources {
   int64_t stack_frame_bytes = 0;
   int64_t spill_store_bytes = 0;
   int64_t spill_load_bytes = 0;
+  // ptxas reported "wgmma.mma_async instructions are serialized" for the function (C7514,
+  // C7520: each MMA waits for the previous one; docs/hopper.md says what causes it).
+  bool wgmma_serialized = false;
 };
 
 // The option that makes NVRTC's log carry ptxas's resource report.

@@ -477,7 +477,8 @@ int print_resources(const flexjit::KernelSpec& spec, const flexjit::PrefillKerne
                                       {"constant_bytes", resources->constant_bytes},
                                       {"stack_frame_bytes", resources->stack_frame_bytes},
                                       {"spill_store_bytes", resources->spill_store_bytes},
-                                      {"spill_load_bytes", resources->spill_load_bytes}}
+                                      {"spill_load_bytes", resources->spill_load_bytes},
+                                      {"wgmma_serialized", resources->wgmma_serialized}}
                            .dump(2));
     return 0;
   }
@@ -492,6 +493,9 @@ int print_resources(const flexjit::KernelSpec& spec, const flexjit::PrefillKerne
   fmt::print("  stack frame    {} bytes\n", resources->stack_frame_bytes);
   fmt::print("  barriers       {}\n", resources->barriers);
   fmt::print("  constant bank  {} bytes (cmem[0])\n", resources->constant_bytes);
+  if (resources->wgmma_serialized) {
+    fmt::print("  wgmma          serialized by ptxas  <-- each MMA waits for the previous one\n");
+  }
   return 0;
 }
 
