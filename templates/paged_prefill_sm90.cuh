@@ -7,9 +7,10 @@
 //   to 16 bits, is already in the A-operand layout) and V from shared memory.
 // - The consumers first list the K/V tiles the CTA visits (inside kv_range, not Empty, with
 //   their class) into shared memory. The producer then gathers the listed tiles from the pages
-//   (cp.async) into a ring of kStages K/V stages; an mbarrier per stage says when a stage is
-//   full (the copies' completion arrives on it) and another when both consumers are done with
-//   it. The consumers never wait for each other, so one's softmax runs beside the other's MMAs.
+//   (cp.async) into a ring of kWgmmaStages K/V stages; an mbarrier per stage says when a stage
+//   is full (the producer arrives once its copies have landed) and another when both
+//   consumers are done with it. The consumers never wait for each other, so one's softmax runs
+//   beside the other's MMAs.
 // - Each consumer also overlaps its own work: S_i = Q K_i^T runs on the tensor cores with
 //   O += P_{i-1} V_{i-1}, and the softmax of S_i with the latter.
 #pragma once
