@@ -167,19 +167,18 @@ __device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedP
   }
 }
 
-// Copies kRows rows of one kv head starting at key k0 into shared memory, laid out by Layout;
-// rows at or past `kv_end` are zeroed (never read), so block-table entries past the sequence
-// are untouched. kPageSize == 0 is the contiguous (encoder) layout: key j of the request is row
+// Copies kPrefillBlockN rows of one kv head starting at key k0 into shared memory; rows at or
+// past `kv_end` are zeroed (never read), so block-table entries past the sequence are
+// untouched. kPageSize == 0 is the contiguous (encoder) layout: key j of the request is row
 // `first_row + j` at `stride_slot`, and there is no block table.
-template <int kHeadDim, int kPageSize, int kRows = kPrefillBlockN, int kThreads = kPrefillThreads,
-          class Layout = PaddedRows<kHeadDim>>
+template <int kHeadDim, int kPageSize>
 __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigned short* cache,
                                              i64 stride_block, i64 stride_slot, i64 head_offset,
                                              const i32* block_row, i64 first_row, int k0,
                                              int kv_end) {
   constexpr int kChunksPerRow = kHeadDim / 8;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+  constexpr int kChunks = kPrefillBlockN * kChunksPerRow;
+  for (int c = threadIdx.x; c < kChunks; c += kPrefillThreads) {
     const int row = c / kChunksPerRow;
     const int chunk = c % kChunksPerRow;
     const int key = k0 + row;
@@ -194,7 +193,7 @@ __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigne
               chunk * 8;
       }
     }
-    cp_async_16(tile + Layout::offset(row, chunk), src, valid);
+    cp_async_16(tile + PaddedRows<kHeadDim>::offset(row, chunk), src, valid);
   }
 }
 
