@@ -18,22 +18,13 @@
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/mask.h"
 #include "flexjit/dsl/frontend.h"
+#include "standard_masks.h"
 
 namespace flexjit {
 namespace {
 
 const dsl::Module& standard() {
-  static const dsl::Module module = [] {
-    std::ifstream in(FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask");
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::vector<dsl::Diagnostic> diagnostics;
-    dsl::Module parsed = dsl::parse_and_check({"standard.mask", text.str()}, diagnostics);
-    INFO(dsl::format_diagnostics(parsed.source, diagnostics));
-    REQUIRE_FALSE(dsl::has_errors(diagnostics));
-    return parsed;
-  }();
-  return module;
+  return testing::standard_masks();
 }
 
 Variant lower(const std::string& name,

@@ -25,6 +25,7 @@
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/dsl/frontend.h"
 #include "random_ir.h"
+#include "standard_masks.h"
 
 namespace flexjit {
 namespace {
@@ -38,16 +39,7 @@ int env_int(const char* name, int fallback) {
 }
 
 const dsl::Module& standard() {
-  static const dsl::Module module = [] {
-    std::ifstream in(FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask");
-    std::ostringstream source;
-    source << in.rdbuf();
-    std::vector<dsl::Diagnostic> diagnostics;
-    dsl::Module parsed = dsl::parse_and_check({"standard.mask", source.str()}, diagnostics);
-    REQUIRE_FALSE(dsl::has_errors(diagnostics));
-    return parsed;
-  }();
-  return module;
+  return testing::standard_masks();
 }
 
 std::shared_ptr<const HostCode> native_code(const Variant& variant) {

@@ -21,6 +21,7 @@
 #include "flexjit/compiler/host_code.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/dsl/frontend.h"
+#include "standard_masks.h"
 
 namespace flexjit {
 namespace {
@@ -31,17 +32,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 const dsl::Module& standard() {
-  static const dsl::Module module = [] {
-    std::ifstream in(FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask");
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::vector<dsl::Diagnostic> diagnostics;
-    dsl::Module parsed = dsl::parse_and_check({"standard.mask", text.str()}, diagnostics);
-    INFO(dsl::format_diagnostics(parsed.source, diagnostics));
-    REQUIRE(diagnostics.empty());
-    return parsed;
-  }();
-  return module;
+  return testing::standard_masks(testing::Warnings::Refused);
 }
 
 Variant lower(const std::string& name, const std::string& score = "") {

@@ -21,6 +21,7 @@
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/dsl/frontend.h"
 #include "random_ir.h"
+#include "standard_masks.h"
 
 namespace flexjit {
 namespace {
@@ -371,16 +372,7 @@ TEST_CASE("compiled interval analysis equals the walk on random expressions", "[
 }
 
 const dsl::Module& standard() {
-  static const dsl::Module module = [] {
-    std::ifstream in(FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask");
-    std::ostringstream source;
-    source << in.rdbuf();
-    std::vector<dsl::Diagnostic> diagnostics;
-    dsl::Module parsed = dsl::parse_and_check({"standard.mask", source.str()}, diagnostics);
-    REQUIRE_FALSE(dsl::has_errors(diagnostics));
-    return parsed;
-  }();
-  return module;
+  return testing::standard_masks();
 }
 
 TEST_CASE("compiled interval analysis equals the walk on the standard masks", "[interval][tape]") {

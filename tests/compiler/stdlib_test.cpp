@@ -14,6 +14,7 @@
 
 #include "flexjit/compiler/mask.h"
 #include "flexjit/dsl/frontend.h"
+#include "standard_masks.h"
 
 namespace flexjit {
 namespace {
@@ -22,17 +23,8 @@ constexpr int32_t kMin = std::numeric_limits<int32_t>::min();
 constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
 
 const dsl::Module& standard() {
-  static const dsl::Module module = [] {
-    std::ifstream in(FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask");
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::vector<dsl::Diagnostic> diagnostics;
-    dsl::Module parsed = dsl::parse_and_check({"standard.mask", text.str()}, diagnostics);
-    INFO(dsl::format_diagnostics(parsed.source, diagnostics));
-    REQUIRE(diagnostics.empty());  // not even a warning
-    return parsed;
-  }();
-  return module;
+  // not even a warning
+  return testing::standard_masks(testing::Warnings::Refused);
 }
 
 Variant lower(const std::string& name, const std::string& score = "",

@@ -14,21 +14,13 @@
 #include "flexjit/compiler/tile_map.h"
 #include "flexjit/dsl/frontend.h"
 #include "random_ir.h"
+#include "standard_masks.h"
 
 namespace flexjit {
 namespace {
 
 const dsl::Module& standard() {
-  static const dsl::Module module = [] {
-    std::ifstream in(FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask");
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::vector<dsl::Diagnostic> diagnostics;
-    dsl::Module parsed = dsl::parse_and_check({"standard.mask", text.str()}, diagnostics);
-    REQUIRE_FALSE(dsl::has_errors(diagnostics));
-    return parsed;
-  }();
-  return module;
+  return testing::standard_masks();
 }
 
 // A standard mask with chunk = 24, so that chunks fit the small shapes below.

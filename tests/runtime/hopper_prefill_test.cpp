@@ -10,9 +10,17 @@
 #include "flexjit/compiler/mask.h"
 #include "kernel_args.cuh"
 #include "kernel_source.h"
-#include "runtime/standard_masks.h"
+#include "nvrtc_compiler.h"
+#include "runtime/ptxas_report.h"
+#include "standard_masks.h"
 
 namespace {
+
+using flexjit::testing::compile_with_report;
+using flexjit::testing::kStandardVariants;
+using flexjit::testing::PtxasReport;
+using flexjit::testing::standard_masks;
+using flexjit::testing::Warnings;
 
 flexjit::PrefillKernelConfig config_of(int head_dim, const std::string& arch, int page_size = 16) {
   flexjit::PrefillKernelConfig config;
@@ -54,7 +62,7 @@ TEST_CASE("sm_90a at head dims 64 and 128 gets the warp-specialized wgmma kernel
 }
 
 TEST_CASE("the generated source instantiates the kernel the launch shape describes", "[hopper]") {
-  const flexjit::dsl::Module module = standard_masks();
+  const flexjit::dsl::Module& module = standard_masks(Warnings::Refused);
   auto variant = flexjit::lower_mask(module, "causal");
   REQUIRE(variant.ok());
   const std::string hopper =
@@ -70,16 +78,11 @@ TEST_CASE(
     "the Hopper prefill kernel of every standard variant compiles without spills or "
     "serialized wgmma",
     "[hopper]") {
-  const flexjit::dsl::Module module = standard_masks();
-  const std::vector<flexjit::NvrtcHeader> headers = template_headers();
-  const std::vector<std::string> options = {std::string(flexjit::kPtxasVerboseOption)};
+  const flexjit::dsl::Module& module = standard_masks(Warnings::Refused);
   // Every variant at head dim 128, paged; causal and document at 64; the encoder layout.
   std::vector<std::pair<std::string, flexjit::PrefillKernelConfig>> cases;
-  for (const std::string name : {"causal", "bidirectional", "sliding", "sliding_sym", "prefix_lm",
-                                 "prefix_ranges", "rswa", "chunked", "document", "causal_softcap",
-                                 "causal_alibi", "gemma2_local", "gemma2_global", "llama4_local"}) {
+  for (const char* name : kStandardVariants)
     cases.emplace_back(name, config_of(128, "sm_90a"));
-  }
   cases.emplace_back("causal", config_of(64, "sm_90a"));
   cases.emplace_back("document", config_of(64, "sm_90a", 64));
   cases.emplace_back("sliding_sym", config_of(128, "sm_90a", 0));
@@ -87,18 +90,14 @@ TEST_CASE(
     auto variant = flexjit::lower_mask(module, name);
     REQUIRE(variant.ok());
     const flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(*variant, config);
-    auto output =
-        flexjit::nvrtc_compile(spec.name + ".cu", spec.source, headers, config.arch, options);
-    INFO(spec.name << (output ? "\n" + output->log : ": " + output.error().log));
-    REQUIRE(output.ok());
-    auto resources = flexjit::parse_ptxas_resources(output->log, spec.name);
-    REQUIRE(resources.ok());
-    CHECK(resources->spill_store_bytes == 0);
-    CHECK(resources->spill_load_bytes == 0);
+    const PtxasReport report = compile_with_report(spec);
+    INFO(spec.name << "\n" << report.log);
+    CHECK(report.resources.spill_store_bytes == 0);
+    CHECK(report.resources.spill_load_bytes == 0);
     // ptxas's "wgmma.mma_async instructions are serialized" (C7514, C7520) costs most of the
     // tensor cores' overlap: a cp.async or an accumulator read inside an MMA's flight does it.
-    CHECK_FALSE(resources->wgmma_serialized);
-    CHECK(output->log.find("Potential Performance Loss") == std::string::npos);
+    CHECK_FALSE(report.resources.wgmma_serialized);
+    CHECK(report.log.find("Potential Performance Loss") == std::string::npos);
   }
 }
 

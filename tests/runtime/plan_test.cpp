@@ -16,12 +16,17 @@
 #include "flexjit/compiler/mask.h"
 #include "flexjit/flexjit.h"
 #include "kernel_source.h"
-#include "nvrtc_compiler.h"
 #include "plan.h"
-#include "runtime/standard_masks.h"
+#include "runtime/ptxas_report.h"
+#include "standard_masks.h"
 
 using flexjit::PlanShape;
 using flexjit::WorkPlan;
+using flexjit::testing::compile_with_report;
+using flexjit::testing::kStandardVariants;
+using flexjit::testing::PtxasReport;
+using flexjit::testing::standard_masks;
+using flexjit::testing::Warnings;
 
 namespace {
 
@@ -295,16 +300,11 @@ TEST_CASE("a decode-only shape has no prefill capacity", "[plan]") {
 }
 
 TEST_CASE("the decode kernel of every standard variant compiles without spills", "[plan]") {
-  const flexjit::dsl::Module module = standard_masks();
-  const std::vector<flexjit::NvrtcHeader> headers = template_headers();
-  const std::vector<std::string> options = {std::string(flexjit::kPtxasVerboseOption)};
+  const flexjit::dsl::Module& module = standard_masks(Warnings::Refused);
   // Every variant at head dim 128 for Hopper; causal at every head dim and for sm_80.
   std::vector<std::tuple<std::string, int, std::string>> cases;
-  for (const std::string name : {"causal", "bidirectional", "sliding", "sliding_sym", "prefix_lm",
-                                 "prefix_ranges", "rswa", "chunked", "document", "causal_softcap",
-                                 "causal_alibi", "gemma2_local", "gemma2_global", "llama4_local"}) {
+  for (const char* name : kStandardVariants)
     cases.emplace_back(name, 128, "sm_90a");
-  }
   for (int head_dim : {64, 80, 96, 256})
     cases.emplace_back("causal", head_dim, "sm_90a");
   cases.emplace_back("causal", 128, "sm_80");
@@ -316,14 +316,11 @@ TEST_CASE("the decode kernel of every standard variant compiles without spills",
     config.page_size = 16;
     config.arch = arch;
     const flexjit::KernelSpec spec = flexjit::decode_kernel_spec(*variant, config);
-    auto output = flexjit::nvrtc_compile(spec.name + ".cu", spec.source, headers, arch, options);
-    INFO(spec.name << (output ? "\n" + output->log : ": " + output.error().log));
-    REQUIRE(output.ok());
-    auto resources = flexjit::parse_ptxas_resources(output->log, spec.name);
-    REQUIRE(resources.ok());
-    CHECK(resources->spill_store_bytes == 0);
-    CHECK(resources->spill_load_bytes == 0);
-    WARN(spec.name << ": " << resources->registers << " registers");
+    const PtxasReport report = compile_with_report(spec);
+    INFO(spec.name << "\n" << report.log);
+    CHECK(report.resources.spill_store_bytes == 0);
+    CHECK(report.resources.spill_load_bytes == 0);
+    WARN(spec.name << ": " << report.resources.registers << " registers");
   }
 }
 

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "array_summary.cuh"
-#include "embedded_templates.h"
 #include "flexjit/flexjit.h"
 #include "handles.h"
 #include "nvrtc_compiler.h"
+#include "runtime/ptxas_report.h"
 #include "summaries.h"
 
 namespace {
@@ -69,26 +69,19 @@ uint64_t workspace_size(fj_kernel* kernel, const std::vector<fj_array>& arrays) 
 }  // namespace
 
 TEST_CASE("the array summary kernel compiles for sm_80 and sm_90a without warnings", "[summary]") {
-  std::vector<flexjit::NvrtcHeader> headers;
-  for (const flexjit::EmbeddedFile& file : flexjit::embedded_templates())
-    headers.push_back({file.name, file.text});
-  const std::vector<std::string> options = {std::string(flexjit::kPtxasVerboseOption)};
   for (const std::string arch : {"sm_80", "sm_90a"}) {
     const flexjit::KernelSpec spec = flexjit::array_summary_spec(arch);
     CHECK(spec.name == (arch == "sm_80" ? "array_summary_sm80" : "array_summary_sm90a"));
-    auto output = flexjit::nvrtc_compile(spec.name + ".cu", spec.source, headers, arch, options);
-    INFO(spec.name << (output ? "\n" + output->log : ": " + output.error().log));
-    REQUIRE(output.ok());
-    CHECK(output->log.find("warning") == std::string::npos);
-    auto resources = flexjit::parse_ptxas_resources(output->log, spec.name);
-    REQUIRE(resources.ok());
-    CHECK(resources->registers > 0);
-    CHECK(resources->registers <= 128);  // at least two CTAs of 256 threads per SM
-    CHECK(resources->spill_store_bytes == 0);
-    CHECK(resources->spill_load_bytes == 0);
-    CHECK(resources->stack_frame_bytes == 0);
+    const flexjit::testing::PtxasReport report = flexjit::testing::compile_with_report(spec);
+    INFO(spec.name << "\n" << report.log);
+    CHECK(report.log.find("warning") == std::string::npos);
+    CHECK(report.resources.registers > 0);
+    CHECK(report.resources.registers <= 128);  // at least two CTAs of 256 threads per SM
+    CHECK(report.resources.spill_store_bytes == 0);
+    CHECK(report.resources.spill_load_bytes == 0);
+    CHECK(report.resources.stack_frame_bytes == 0);
     // The chunk's keys and the 16 level-2 pairs.
-    CHECK(resources->shared_bytes ==
+    CHECK(report.resources.shared_bytes ==
           4 * (fj::kSummaryChunk + fj::kSummaryChunk / fj::kSummaryFanout) +
               8 * (fj::kSummaryThreads / fj::kSummaryFanout));
   }

@@ -1,0 +1,47 @@
+// Runtime tests that compile kernels with NVRTC and read ptxas's report on them.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "embedded_templates.h"
+#include "kernel_cache.h"
+#include "nvrtc_compiler.h"
+
+namespace flexjit::testing {
+
+// Every mask and variant of dsl/lib/standard.mask that a kernel is made for.
+inline constexpr std::array<const char*, 14> kStandardVariants = {
+    "causal",        "bidirectional", "sliding",       "sliding_sym", "prefix_lm",
+    "prefix_ranges", "rswa",          "chunked",       "document",    "causal_softcap",
+    "causal_alibi",  "gemma2_local",  "gemma2_global", "llama4_local"};
+
+inline std::vector<NvrtcHeader> template_headers() {
+  std::vector<NvrtcHeader> headers;
+  for (const EmbeddedFile& file : embedded_templates())
+    headers.push_back({file.name, file.text});
+  return headers;
+}
+
+// NVRTC's log and ptxas's report of `spec` compiled with ptxas -v. The checks fail, with the
+// log, when the compile or the report fails; callers print the log with their own checks.
+struct PtxasReport {
+  std::string log;
+  PtxasResources resources;
+};
+inline PtxasReport compile_with_report(const KernelSpec& spec) {
+  static const std::vector<NvrtcHeader> headers = template_headers();
+  std::vector<std::string> options = spec.options;
+  options.emplace_back(kPtxasVerboseOption);
+  auto output = nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, options);
+  INFO(spec.name << (output ? "\n" + output->log : ": " + output.error().log));
+  REQUIRE(output.ok());
+  auto resources = parse_ptxas_resources(output->log, spec.name);
+  REQUIRE(resources.ok());
+  return {output->log, *resources};
+}
+
+}  // namespace flexjit::testing
