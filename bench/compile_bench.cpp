@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "flexjit/dsl/frontend.h"
 #include "handles.h"
 #include "kernel_cache.h"
@@ -40,10 +41,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using flexjit::bench::median;
 
 fs::path fresh_dir(const fs::path& root, int index) {
   const fs::path dir = root / fmt::format("cache{}", index);

@@ -20,13 +20,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <map>
+#include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "flexjit/compiler/host_code.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/dsl/frontend.h"
@@ -38,16 +38,8 @@ using flexjit::HostCode;
 
 // This thread's CPU time, in seconds: unlike wall time, not inflated by other processes on a
 // shared machine (the timed work is single-threaded and does no I/O).
-double cpu_seconds() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using flexjit::bench::cpu_seconds;
+using flexjit::bench::median;
 
 HostArray values_array(std::vector<int32_t> values, int32_t rows) {
   HostArray array;
@@ -259,20 +251,9 @@ int main(int argc, char** argv) {
     repeats = 1;
   }
 
-  std::ifstream in(mask_file);
-  if (!in) {
-    fmt::print(stderr, "cannot open {}\n", mask_file);
-    return 1;
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::vector<flexjit::dsl::Diagnostic> diagnostics;
-  const flexjit::dsl::Module module =
-      flexjit::dsl::parse_and_check({mask_file, text.str()}, diagnostics);
-  if (flexjit::dsl::has_errors(diagnostics)) {
-    fmt::print(stderr, "{}", flexjit::dsl::format_diagnostics(module.source, diagnostics));
-    return 1;
-  }
+  const std::optional<flexjit::dsl::Module> loaded = flexjit::bench::load_masks(mask_file);
+  if (!loaded) return 1;
+  const flexjit::dsl::Module& module = *loaded;
   const auto lower = [&](const std::string& name) -> flexjit::Result<flexjit::Variant> {
     return flexjit::lower_mask(module, name);
   };
