@@ -51,9 +51,8 @@ struct SwizzledTileCopy {
   // Block-table entries a tile needs per thread: with pages that divide the tile (or tiles
   // that divide the pages; tiles start at multiples of kRows) a thread's passes share
   // kRows / kPageSize entries (one); otherwise one per pass.
-  static constexpr bool kWholePages = kPageSize != 0 &&
-                                      (kRows % kPageSize == 0 || kPageSize % kRows == 0) &&
-                                      (kPageSize >= kRows || kPageSize % kRowsPerPass == 0);
+  static constexpr bool kWholePages =
+      kPageSize != 0 && (kRows % kPageSize == 0 || kPageSize % kRows == 0);
   static constexpr int kPages =
       kPageSize == 0 ? 1 : (kWholePages ? (kPageSize >= kRows ? 1 : kRows / kPageSize) : kPasses);
   // The entry of pass `pass`: keys k0 + row0 + pass * kRowsPerPass, k0 a multiple of kRows.
