@@ -6,7 +6,9 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "flexjit/compiler/mask.h"
 #include "kv_range_plan.h"
@@ -141,6 +143,18 @@ std::string param_read(const ir::Param* param) {
   return slot;
 }
 
+const char* scalar_type_name(ir::Type type) {
+  switch (type) {
+    case ir::Type::Bool:
+      return "bool";
+    case ir::Type::Int:
+      return "int";
+    case ir::Type::Float:
+      return "float";
+  }
+  return "?";
+}
+
 // Two more spaces before every line.
 std::string indent(const std::string& code) {
   std::string result;
@@ -190,11 +204,14 @@ class StatementWriter {
                               : e.kind() == ir::ExprKind::Load ? load(e.as<ir::Load>(), operands)
                                                                : operation(e, operands);
 
-    std::string name = fmt::format("{}{}", prefix_, names_.size());
+    std::string name = fmt::format("{}{}", prefix_, statement_count_++);
     code_ += fmt::format("    const {} {} = {};\n", type_name(e.type()), name, value);
     names_.emplace(e.get(), name);
     return name;
   }
+
+  // Names e's value `name` (computed elsewhere): value_of returns it instead of a statement.
+  void bind(const ir::Expr& e, std::string name) { names_.emplace(e.get(), std::move(name)); }
 
   const std::string& code() const { return code_; }
   // Adds a statement of the caller's after those written so far.
@@ -242,15 +259,8 @@ class StatementWriter {
   }
 
   const char* type_name(ir::Type type) const {
-    switch (type) {
-      case ir::Type::Bool:
-        return intervals_ ? "fj::Interval" : "bool";
-      case ir::Type::Int:
-        return intervals_ ? "fj::Interval" : "int";
-      case ir::Type::Float:
-        return intervals_ ? "fj::FloatInterval" : "float";
-    }
-    return "?";
+    return intervals_ ? (type == ir::Type::Float ? "fj::FloatInterval" : "fj::Interval")
+                      : scalar_type_name(type);
   }
 
   std::string leaf(const ir::Expr& e) const {
@@ -297,6 +307,7 @@ class StatementWriter {
   std::string prefix_;
   const NarrowingPlans* narrowing_;
   int fresh_count_ = 0;
+  int statement_count_ = 0;
   std::unordered_map<const ir::ExprNode*, std::string> names_;
   std::string code_;
 };
@@ -396,28 +407,164 @@ std::string StatementWriter::narrowed(const ir::Expr& e, const KvPlan& plan,
       left, where, indent(right.code()), value);
 }
 
+// A hook split by what its terms read (DESIGN.md §5), so that a kernel computes each term as
+// rarely as it can:
+// - request terms read only b and params: once per request (prefix_len[b], ranges[b, i]);
+// - query terms read only b, h, q: once per query row (doc[b, q], slopes[h], q / chunk);
+// - key terms read only b, kv: once per key of a tile (doc[b, kv], kv / chunk);
+// - the element part reads the rest, and the terms instead of recomputing them.
+// Each term is the largest such operation that a higher level reads; leaves (variables,
+// literals, param reads) stay where they are. The parts call the same fj_ops.cuh functions as
+// the whole hook would, so the values are the same.
+class SplitHook {
+ public:
+  // `stem` is "Mask" or "Score"; `approximate_tanh` as StatementWriter::approximate_tanh().
+  SplitHook(const ir::Expr& root, std::string stem, bool approximate_tanh)
+      : stem_(std::move(stem)), lower_(stem_ == "Mask" ? "mask" : "score") {
+    if (ir::operand_count(root.kind()) > 0 && level(root) != kElement) {
+      terms_[level(root)].push_back(root);
+    }
+    collect(root);
+    StatementWriter writers[kLevels] = {StatementWriter(false, "r_"), StatementWriter(false, "q_"),
+                                        StatementWriter(false, "k_"), StatementWriter(false)};
+    for (int at = 0; at < kLevels; ++at) {
+      if (approximate_tanh) writers[at].approximate_tanh();
+      // Every level reads the request terms; the element part reads them all.
+      for (int below = 0; below < at; ++below) {
+        if (below != kRequest && at != kElement) continue;
+        for (size_t i = 0; i < terms_[below].size(); ++i) {
+          writers[at].bind(terms_[below][i], fmt::format("{}.v{}", kNames[below], i));
+        }
+      }
+    }
+    for (int at = 0; at < kElement; ++at) {
+      std::vector<std::string> values;
+      for (size_t i = 0; i < terms_[at].size(); ++i) {
+        values.push_back(writers[at].value_of(terms_[at][i]));
+        fields_[at] += fmt::format(" {} v{};", scalar_type_name(terms_[at][i].type()), i);
+      }
+      if (!fields_[at].empty()) fields_[at] += " ";
+      code_[at] = writers[at].code() +
+                  fmt::format("    return {}{{{}}};\n", type(at), fmt::join(values, ", "));
+    }
+    element_value_ = writers[kElement].value_of(root);
+    code_[kElement] = writers[kElement].code();
+  }
+
+  // The terms structs and functions, the element part and the whole hook, at the variant
+  // struct's indentation. `result` is the hook's C++ type, `inputs` its leading parameters
+  // after the params ("float s, " for scores).
+  std::string declarations(const char* result, const char* inputs) const {
+    const std::string request = fmt::format("const {}& request", type(kRequest));
+    std::string text = fmt::format(
+        "  // {} terms of one request, of one query row, of one key (computed once each)\n", stem_);
+    for (int at = 0; at < kElement; ++at) {
+      text += fmt::format("  struct {} {{{}}};\n", type(at), fields_[at]);
+    }
+    text += fmt::format(
+        "  __device__ __forceinline__ {request_type} {lower}_request_terms(const fj::MaskParams& "
+        "p, int b) const {{\n{request_code}  }}\n"
+        "  __device__ __forceinline__ {query_type} {lower}_query_terms(const fj::MaskParams& p, "
+        "int b, int h, int q, {request}) const {{\n{query_code}  }}\n"
+        "  __device__ __forceinline__ {key_type} {lower}_key_terms(const fj::MaskParams& p, int b, "
+        "int kv, {request}) const {{\n{key_code}  }}\n"
+        "  __device__ __forceinline__ {result} {lower}(const fj::MaskParams& p, {inputs}int b, "
+        "int h, int q, int kv, {request}, const {query_type}& query, const {key_type}& key) "
+        "const {{\n{element_code}    return {element_value};\n  }}\n"
+        "  __device__ __forceinline__ {result} {lower}(const fj::MaskParams& p, {inputs}int b, "
+        "int h, int q, int kv) const {{\n"
+        "    const {request_type} request = {lower}_request_terms(p, b);\n"
+        "    return {lower}(p, {arguments}b, h, q, kv, request, {lower}_query_terms(p, b, h, q, "
+        "request), {lower}_key_terms(p, b, kv, request));\n"
+        "  }}\n",
+        fmt::arg("lower", lower_), fmt::arg("result", result), fmt::arg("inputs", inputs),
+        fmt::arg("arguments", std::string_view(inputs).empty() ? "" : "s, "),
+        fmt::arg("request", request), fmt::arg("request_type", type(kRequest)),
+        fmt::arg("query_type", type(kQuery)), fmt::arg("key_type", type(kKey)),
+        fmt::arg("request_code", code_[kRequest]), fmt::arg("query_code", code_[kQuery]),
+        fmt::arg("key_code", code_[kKey]), fmt::arg("element_code", code_[kElement]),
+        fmt::arg("element_value", element_value_));
+    return text;
+  }
+
+ private:
+  enum Level { kRequest, kQuery, kKey, kElement, kLevels };
+  static constexpr const char* kNames[kLevels] = {"request", "query", "key", ""};
+
+  std::string type(int at) const {
+    static constexpr const char* kTypes[kLevels] = {"RequestTerms", "QueryTerms", "KeyTerms", ""};
+    return stem_ + kTypes[at];
+  }
+
+  // Which of b, h, q, kv, score a node reads, one bit each (ir::Variable order).
+  unsigned inputs(const ir::Expr& e) {
+    const auto found = inputs_.find(e.get());
+    if (found != inputs_.end()) return found->second;
+    unsigned set = 0;
+    if (e.kind() == ir::ExprKind::Var) {
+      set = 1u << static_cast<unsigned>(e.as<ir::Var>()->variable);
+    }
+    for (int i = 0; i < ir::operand_count(e.kind()); ++i)
+      set |= inputs(ir::operand(e, i));
+    inputs_.emplace(e.get(), set);
+    return set;
+  }
+
+  Level level(const ir::Expr& e) {
+    const auto bit = [](ir::Variable v) { return 1u << static_cast<unsigned>(v); };
+    const unsigned set = inputs(e);
+    const unsigned row = bit(ir::Variable::H) | bit(ir::Variable::Q);
+    const unsigned key = bit(ir::Variable::KV);
+    if ((set & bit(ir::Variable::Score)) != 0 || ((set & row) != 0 && (set & key) != 0)) {
+      return kElement;
+    }
+    return (set & row) != 0 ? kQuery : (set & key) != 0 ? kKey : kRequest;
+  }
+
+  // An operand on a lower level than the node that reads it is a term of its level (an
+  // operand's inputs are a subset of its reader's, so a different level is a lower one).
+  void collect(const ir::Expr& e) {
+    if (!visited_.insert(e.get()).second) return;
+    const Level at = level(e);
+    for (int i = 0; i < ir::operand_count(e.kind()); ++i) {
+      const ir::Expr& operand = ir::operand(e, i);
+      if (ir::operand_count(operand.kind()) == 0) continue;
+      const Level below = level(operand);
+      if (below != at && term_set_.insert(operand.get()).second) terms_[below].push_back(operand);
+      collect(operand);
+    }
+  }
+
+  std::string stem_;
+  std::string lower_;
+  std::unordered_map<const ir::ExprNode*, unsigned> inputs_;
+  std::unordered_set<const ir::ExprNode*> visited_;
+  std::unordered_set<const ir::ExprNode*> term_set_;
+  std::vector<ir::Expr> terms_[kElement];
+  std::string fields_[kElement];
+  std::string code_[kLevels];
+  std::string element_value_;
+};
+
 }  // namespace
 
 std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name) {
   const ir::Expr mask = variant.mask.defined() ? variant.mask : ir::BoolImm::make(false);
 
-  StatementWriter mask_writer(false);
-  const std::string mask_value = mask_writer.value_of(mask);
+  const SplitHook mask_hook(mask, "Mask", false);
   const NarrowingPlans narrowing = plan_narrowing(mask);
   StatementWriter interval(true, "t", &narrowing);
   const std::string class_value = interval.value_of(mask);
 
-  std::string score_code = "    return s;\n";
   std::string provenance = fmt::format("mask `{}`", variant.mask_name);
   std::string score_comment;
   if (variant.has_score()) {
-    StatementWriter score_writer(false);
-    score_writer.approximate_tanh();
-    const std::string score_value = score_writer.value_of(variant.score);
-    score_code = score_writer.code() + fmt::format("    return {};\n", score_value);
     provenance += fmt::format(", score `{}`", variant.score_name);
     score_comment = fmt::format("// score: {}\n", ir::to_string(variant.score));
   }
+  // Score hooks take tanh from the special function unit (StatementWriter::approximate_tanh).
+  const SplitHook score_hook(
+      variant.has_score() ? variant.score : ir::Var::make(ir::Variable::Score), "Score", true);
 
   StatementWriter kv_writer(true, "r");
   const std::string kv_bound = KvRangeWriter(kv_writer).bound_of(plan_kv_range(mask));
@@ -438,16 +585,9 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       "  static constexpr bool kHasScore = {has_score};\n"
       "  static constexpr bool kUsesHead = {uses_head};\n"
       "\n"
-      "  __device__ __forceinline__ bool mask(const fj::MaskParams& p, int b, int h, int q, "
-      "int kv) const {{\n"
-      "{mask_code}"
-      "    return {mask_value};\n"
-      "  }}\n"
+      "{mask_hooks}"
       "\n"
-      "  __device__ __forceinline__ float score(const fj::MaskParams& p, float s, int b, int h, "
-      "int q, int kv) const {{\n"
-      "{score_code}"
-      "  }}\n"
+      "{score_hooks}"
       "\n"
       "  // q in [q0, q1), kv in [k0, k1), half-open; empty range => Empty\n"
       "  __device__ __forceinline__ fj::TileClass classify(const fj::MaskParams& p, int b, int h, "
@@ -470,8 +610,9 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       fmt::arg("name", variant.name), fmt::arg("provenance", provenance),
       fmt::arg("mask_ir", ir::to_string(mask)), fmt::arg("score_comment", score_comment),
       fmt::arg("struct_name", struct_name), fmt::arg("has_score", variant.has_score()),
-      fmt::arg("uses_head", variant.uses_head), fmt::arg("mask_code", mask_writer.code()),
-      fmt::arg("mask_value", mask_value), fmt::arg("score_code", score_code),
+      fmt::arg("uses_head", variant.uses_head),
+      fmt::arg("mask_hooks", mask_hook.declarations("bool", "")),
+      fmt::arg("score_hooks", score_hook.declarations("float", "float s, ")),
       fmt::arg("ranges", ranges), fmt::arg("class_code", interval.code()),
       fmt::arg("class_value", class_value), fmt::arg("kv_code", kv_writer.code()),
       fmt::arg("kv_bound", kv_bound));

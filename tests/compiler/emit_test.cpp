@@ -79,7 +79,15 @@ TEST_CASE("the causal variant has the struct and every hook", "[emit]") {
   CHECK_THAT(code, Catch::Contains("__device__ __forceinline__ bool mask(const fj::MaskParams& "
                                    "p, int b, int h, int q, int kv) const {"));
   CHECK_THAT(code, Catch::Contains("__device__ __forceinline__ float score(const fj::MaskParams& "
-                                   "p, float s, int b, int h, int q, int kv) const {\n"
+                                   "p, float s, int b, int h, int q, int kv) const {"));
+  // Split hooks: causal reads no term of a request, a row or a key alone.
+  CHECK_THAT(code, Catch::Contains("struct MaskRequestTerms {};\n  struct MaskQueryTerms {};\n"
+                                   "  struct MaskKeyTerms {};\n"));
+  CHECK_THAT(code, Catch::Contains("int q, int kv, const MaskRequestTerms& request, const "
+                                   "MaskQueryTerms& query, const MaskKeyTerms& key) const {\n"
+                                   "    const bool t0 = (q >= kv);\n    return t0;\n"));
+  CHECK_THAT(code, Catch::Contains("int q, int kv, const ScoreRequestTerms& request, const "
+                                   "ScoreQueryTerms& query, const ScoreKeyTerms& key) const {\n"
                                    "    return s;\n"));
   CHECK_THAT(code, Catch::Contains("__device__ __forceinline__ fj::TileClass classify(const "
                                    "fj::MaskParams& p, int b, int h, int q0, int q1, int k0, "
@@ -118,7 +126,11 @@ TEST_CASE("bool params, the head and constant bodies", "[emit]") {
                                          ir::NE::make(h(), ir::IntImm::make(0)));
   const std::string headed = emit_cuda_variant(variant_of("headed", headed_mask), "Headed");
   CHECK_THAT(headed, Catch::Contains("static constexpr bool kUsesHead = true;"));
-  CHECK_THAT(headed, Catch::Contains("((p.scalar[0] != 0) && t0)"));
+  // The whole mask reads only h: a term of the query row, which the element part returns.
+  CHECK_THAT(headed, Catch::Contains("    const bool q_0 = (h != 0);\n"
+                                     "    const bool q_1 = ((p.scalar[0] != 0) && q_0);\n"
+                                     "    return MaskQueryTerms{q_1};\n"));
+  CHECK_THAT(hook(headed, "mask"), Catch::Contains("    return query.v0;"));
   CHECK_THAT(headed, Catch::Contains("fj::Interval::boolean((p.scalar[0] != 0))"));
   CHECK_THAT(headed,
              Catch::Contains("fj::ival::ne(fj::Interval::point(h), fj::Interval::point(0))"));
@@ -194,7 +206,7 @@ TEST_CASE("a score hook computes the score IR from s", "[emit][float]") {
                                      "// score: 50.0 * tanh(score / 50.0)\n"
                                      "struct Gemma2Local {\n"));
   CHECK_THAT(code, Catch::Contains("static constexpr bool kHasScore = true;"));
-  CHECK_THAT(code, Catch::Contains("int q, int kv) const {\n"
+  CHECK_THAT(code, Catch::Contains("const ScoreKeyTerms& key) const {\n"
                                    "    const float t0 = fj::fdiv(s, 0x1.9p+5f);\n"
                                    "    const float t1 = fj::ftanh_approx(t0);\n"
                                    "    const float t2 = fj::fmul(0x1.9p+5f, t1);\n"
@@ -202,6 +214,39 @@ TEST_CASE("a score hook computes the score IR from s", "[emit][float]") {
                                    "  }\n"));
   // The mask hooks are those of the mask alone.
   CHECK_THAT(code, Catch::Contains("fj::ival::logical_and(t0, t2)"));
+  CHECK(count(code, "{") == count(code, "}"));
+}
+
+TEST_CASE("a score's terms of a row and of a key are computed apart", "[emit][float]") {
+  // score - slopes[h] * float(q - kv) + tanh(float(kv)): slopes[h] once per row, the tanh
+  // (by the special function unit, as in every score part) once per key.
+  const Expr slope = ir::Load::make(ir::Type::Float, 0, "slopes", 1, h(), ir::IntImm::make(0));
+  const Expr body = ir::Add::make(
+      ir::Sub::make(score(), ir::Mul::make(slope, ir::ToFloat::make(ir::Sub::make(q(), kv())))),
+      ir::Tanh::make(ir::ToFloat::make(kv())));
+  const std::string code = emit_cuda_variant(variant_of("sloped", causal(), body), "Sloped");
+  CHECK_THAT(code, Catch::Contains("struct ScoreRequestTerms {};\n"
+                                   "  struct ScoreQueryTerms { float v0; };\n"
+                                   "  struct ScoreKeyTerms { float v0; };\n"));
+  CHECK_THAT(hook(code, "score_query_terms"),
+             Catch::EndsWith("    const float q_0 = fj::load_float(p.array[0], h, 0);\n"
+                             "    return ScoreQueryTerms{q_0};"));
+  CHECK_THAT(hook(code, "score_key_terms"),
+             Catch::EndsWith("    const float k_0 = fj::int_to_float(kv);\n"
+                             "    const float k_1 = fj::ftanh_approx(k_0);\n"
+                             "    return ScoreKeyTerms{k_1};"));
+  CHECK_THAT(code, Catch::Contains("const ScoreKeyTerms& key) const {\n"
+                                   "    const int t0 = fj::wrap_sub(q, kv);\n"
+                                   "    const float t1 = fj::int_to_float(t0);\n"
+                                   "    const float t2 = fj::fmul(query.v0, t1);\n"
+                                   "    const float t3 = fj::fsub(s, t2);\n"
+                                   "    const float t4 = fj::fadd(t3, key.v0);\n"
+                                   "    return t4;\n"));
+  // The whole hook composes the parts, for kernels that evaluate one element at a time.
+  CHECK_THAT(code, Catch::Contains(
+                       "    const ScoreRequestTerms request = score_request_terms(p, b);\n"
+                       "    return score(p, s, b, h, q, kv, request, score_query_terms(p, b, h, "
+                       "q, request), score_key_terms(p, b, kv, request));\n"));
   CHECK(count(code, "{") == count(code, "}"));
 }
 
@@ -217,14 +262,21 @@ TEST_CASE("float params, arrays and conversions in a mask", "[emit][float]") {
   const std::string code = emit_cuda_variant(variant_of("doc", mask), "Doc");
   CHECK_THAT(code, Catch::Contains("// mask: (doc[b, q] == doc[b, kv]) && ((slopes[h] * "
                                    "float(q - kv)) > t)\n"));
-  CHECK_THAT(code, Catch::Contains("    const int t0 = fj::load_int(p.array[0], b, q);\n"
-                                   "    const int t1 = fj::load_int(p.array[0], b, kv);\n"
-                                   "    const bool t2 = (t0 == t1);\n"
-                                   "    const float t3 = fj::load_float(p.array[1], h, 0);\n"
-                                   "    const int t4 = fj::wrap_sub(q, kv);\n"
-                                   "    const float t5 = fj::int_to_float(t4);\n"
-                                   "    const float t6 = fj::fmul(t3, t5);\n"
-                                   "    const bool t7 = (t6 > fj::bits_to_float(p.scalar[2]));\n"));
+  // doc[b, q] and slopes[h] are read once per query row, doc[b, kv] once per key.
+  CHECK_THAT(code, Catch::Contains("struct MaskQueryTerms { int v0; float v1; };\n"
+                                   "  struct MaskKeyTerms { int v0; };\n"));
+  CHECK_THAT(code, Catch::Contains("    const int q_0 = fj::load_int(p.array[0], b, q);\n"
+                                   "    const float q_1 = fj::load_float(p.array[1], h, 0);\n"
+                                   "    return MaskQueryTerms{q_0, q_1};\n"));
+  CHECK_THAT(code, Catch::Contains("    const int k_0 = fj::load_int(p.array[0], b, kv);\n"
+                                   "    return MaskKeyTerms{k_0};\n"));
+  CHECK_THAT(code, Catch::Contains("    const bool t0 = (query.v0 == key.v0);\n"
+                                   "    const int t1 = fj::wrap_sub(q, kv);\n"
+                                   "    const float t2 = fj::int_to_float(t1);\n"
+                                   "    const float t3 = fj::fmul(query.v1, t2);\n"
+                                   "    const bool t4 = (t3 > fj::bits_to_float(p.scalar[2]));\n"
+                                   "    const bool t5 = (t0 && t4);\n"
+                                   "    return t5;\n"));
   CHECK_THAT(code, Catch::Contains("    const fj::Interval t0 = fj::ival::load_int(p.array[0], "
                                    "fj::Interval::point(b), q);\n"));
   CHECK_THAT(code, Catch::Contains("    const fj::FloatInterval t3 = fj::fival::load_float("
@@ -267,8 +319,13 @@ TEST_CASE("conversions of bools and float selects on intervals", "[emit][float]"
   const std::string code = emit_cuda_variant(variant_of("conv", mask), "Conv");
   CHECK_THAT(code, Catch::Contains("const int t1 = (t0 ? 1 : 0);"));
   CHECK_THAT(code, Catch::Contains("const float t3 = (t0 ? 1.0f : 0.0f);"));
-  CHECK_THAT(code, Catch::Contains("fj::float_to_int(fj::bits_to_float(p.scalar[0]))"));
-  CHECK_THAT(code, Catch::Contains("fj::fsigmoid("));
+  // sigmoid(float(int(t))) reads params only: a term computed once per request.
+  CHECK_THAT(code, Catch::Contains("    const int r_0 = fj::float_to_int(fj::bits_to_float("
+                                   "p.scalar[0]));\n"
+                                   "    const float r_1 = fj::int_to_float(r_0);\n"
+                                   "    const float r_2 = fj::fsigmoid(r_1);\n"
+                                   "    return MaskRequestTerms{r_2};\n"));
+  CHECK_THAT(code, Catch::Contains("const bool t5 = (t4 < request.v0);"));
   // On intervals int(bool) is a copy and float(bool) converts the {0, 1} interval.
   CHECK_THAT(code, Catch::Contains("const fj::Interval t1 = t0;"));
   CHECK_THAT(code, Catch::Contains("const fj::FloatInterval t3 = fj::fival::from_int(t0);"));
