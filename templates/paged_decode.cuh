@@ -70,6 +70,8 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
     row_q[i] = block.position(row0 + quad_row + i * 8);
     row_head[i] = block.head(row0 + quad_row + i * 8);
   }
+  ThreadRows<Variant> rows;
+  rows.set(variant, args.params, request, row_q, row_head);
 
   const i32* block_row = args.block_table + static_cast<i64>(request) * args.block_table_stride;
   const unsigned short* k_cache = static_cast<const unsigned short*>(args.k_cache);
@@ -177,22 +179,8 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
 
       const bool check_elements = tile_class == TileClass::Partial || k0 + kDecodeBlockN > kv_end;
       float tile_max[2] = {neg_inf, neg_inf};
-      for (int j = 0; j < 2; ++j) {
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2;
-          const int kv = k0 + warp * 16 + j * 8 + quad_col * 2 + e % 2;
-          float x = s[j][e] * args.scale;
-          if constexpr (Variant::kHasScore) {
-            x = variant.score(args.params, x, request, row_head[r], row_q[r], kv);
-          }
-          if (check_elements &&
-              (kv >= kv_end || !variant.mask(args.params, request, row_head[r], row_q[r], kv))) {
-            x = neg_inf;
-          }
-          s[j][e] = x;
-          tile_max[r] = fmaxf(tile_max[r], x);
-        }
-      }
+      score_and_mask<2>(variant, args.params, args.scale, rows, k0 + warp * 16 + quad_col * 2,
+                        kv_end, check_elements, s, tile_max);
       float max_scaled[2];
       for (int r = 0; r < 2; ++r) {
         const float new_max = fmaxf(row_max[r], quad_max(tile_max[r]));

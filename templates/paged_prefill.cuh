@@ -59,6 +59,83 @@ __device__ __forceinline__ KvRange kv_range_for_heads(const Variant& variant,
   }
 }
 
+// A thread's two rows of an MMA accumulator (quad_row and quad_row + 8 of its warp's 16) with
+// the hooks' terms of the request and of each row, computed once per block of rows: the
+// generated hooks are split by what their terms read (emit_cuda.cpp, SplitHook), so that the
+// per-element part only combines them.
+template <class Variant>
+struct ThreadRows {
+  int b;
+  int q[2];
+  int head[2];
+  typename Variant::MaskRequestTerms mask_request;
+  typename Variant::ScoreRequestTerms score_request;
+  typename Variant::MaskQueryTerms mask_query[2];
+  typename Variant::ScoreQueryTerms score_query[2];
+
+  __device__ __forceinline__ void set(const Variant& variant, const MaskParams& params, int request,
+                                      const int (&row_q)[2], const int (&row_head)[2]) {
+    b = request;
+    mask_request = variant.mask_request_terms(params, b);
+    score_request = variant.score_request_terms(params, b);
+    for (int i = 0; i < 2; ++i) {
+      q[i] = row_q[i];
+      head[i] = row_head[i];
+      mask_query[i] = variant.mask_query_terms(params, b, head[i], q[i], mask_request);
+      score_query[i] = variant.score_query_terms(params, b, head[i], q[i], score_request);
+    }
+  }
+};
+
+// Element e of a thread's n8 tile j of S, in either accumulator shape.
+template <int kTiles>
+__device__ __forceinline__ float& s_element(float (&s)[kTiles][4], int j, int e) {
+  return s[j][e];
+}
+template <int kElements>
+__device__ __forceinline__ float& s_element(float (&s)[kElements], int j, int e) {
+  return s[4 * j + e];
+}
+
+// Scales the thread's kTiles n8 tiles of S, applies the score hook and, with check_elements
+// (a Partial tile, or one past the sequence), the mask, and keeps each row's maximum in
+// tile_max. Element e of tile j is row e / 2 and key key0 + 8 j + e % 2 (key0 holds the
+// thread's quad column). Key terms are computed once per key, and only for keys inside the
+// sequence: the elements of the others are masked without reading them.
+template <int kTiles, class Variant, class Scores>
+__device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
+                                               float scale, const ThreadRows<Variant>& rows,
+                                               int key0, int kv_end, bool check_elements, Scores& s,
+                                               float (&tile_max)[2]) {
+  for (int j = 0; j < kTiles; ++j) {
+    typename Variant::MaskKeyTerms mask_key[2] = {};
+    typename Variant::ScoreKeyTerms score_key[2] = {};
+    for (int c = 0; c < 2; ++c) {
+      const int kv = key0 + j * 8 + c;
+      if (kv >= kv_end) continue;
+      score_key[c] = variant.score_key_terms(params, rows.b, kv, rows.score_request);
+      if (check_elements)
+        mask_key[c] = variant.mask_key_terms(params, rows.b, kv, rows.mask_request);
+    }
+    for (int e = 0; e < 4; ++e) {
+      const int r = e / 2;
+      const int kv = key0 + j * 8 + e % 2;
+      float x = s_element(s, j, e) * scale;
+      if constexpr (Variant::kHasScore) {
+        x = variant.score(params, x, rows.b, rows.head[r], rows.q[r], kv, rows.score_request,
+                          rows.score_query[r], score_key[e % 2]);
+      }
+      if (check_elements &&
+          (kv >= kv_end || !variant.mask(params, rows.b, rows.head[r], rows.q[r], kv,
+                                         rows.mask_request, rows.mask_query[r], mask_key[e % 2]))) {
+        x = negative_infinity();
+      }
+      s_element(s, j, e) = x;
+      tile_max[r] = fmaxf(tile_max[r], x);
+    }
+  }
+}
+
 // Packed query rows [row0, row0 + rows) of one request against one kv head (GQA packing): row r
 // is query token r / group with query head kv_head * group + r % group. The prefill and decode
 // kernels take their work in such blocks.
@@ -245,6 +322,8 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     row_q[i] = block.position(packed);
     row_head[i] = block.head(packed);
   }
+  ThreadRows<Variant> rows;
+  rows.set(variant, args.params, request, row_q, row_head);
 
   // Q fragments stay in registers across the K/V loop up to head dim 128; beyond, the O
   // accumulator needs those registers and Q is re-read from shared memory for each tile.
@@ -332,22 +411,8 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     // sequence), then the online-softmax update.
     const bool check_elements = tile_class == TileClass::Partial || k0 + kPrefillBlockN > kv_end;
     float tile_max[2] = {neg_inf, neg_inf};
-    for (int j = 0; j < kNTilesS; ++j) {
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2;
-        const int kv = k0 + j * 8 + quad_col * 2 + e % 2;
-        float x = s[j][e] * args.scale;
-        if constexpr (Variant::kHasScore) {
-          x = variant.score(args.params, x, request, row_head[i], row_q[i], kv);
-        }
-        if (check_elements &&
-            (kv >= kv_end || !variant.mask(args.params, request, row_head[i], row_q[i], kv))) {
-          x = neg_inf;
-        }
-        s[j][e] = x;
-        tile_max[i] = fmaxf(tile_max[i], x);
-      }
-    }
+    score_and_mask<kNTilesS>(variant, args.params, args.scale, rows, k0 + quad_col * 2, kv_end,
+                             check_elements, s, tile_max);
     float rescale[2];
     float max_scaled[2];
     update_row_max(tile_max, row_max, row_sum, max_scaled, rescale);

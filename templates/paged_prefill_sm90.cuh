@@ -188,6 +188,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   const int quad_row = lane / 4;           // row within the 8-row half of the warp's 16 rows
   const int quad_col = lane % 4;
   int row_q[2], row_head[2];  // this thread's two packed rows: quad_row and quad_row + 8
+  ThreadRows<Variant> rows;   // the two rows with the hooks' terms (unused by the producer)
   float o[kOChunks][32];
   const float neg_inf = negative_infinity();
   float row_max[2] = {neg_inf, neg_inf};
@@ -198,6 +199,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       row_q[i] = block.position(packed);
       row_head[i] = block.head(packed);
     }
+    rows.set(variant, args.params, request, row_q, row_head);
     for (int c = 0; c < kOChunks; ++c)
       for (int e = 0; e < 32; ++e)
         o[c][e] = 0.0f;
@@ -327,31 +329,14 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         // sequence), then the online-softmax update. s[4j + e] is row quad_row + 8 * (e / 2),
         // key k0 + 8j + 2 * quad_col + e % 2.
         float tile_max[2] = {neg_inf, neg_inf};
-        const auto score_tile = [&](bool check_elements) {  // inlined twice: true and false
-          for (int j = 0; j < kBlockN / 8; ++j) {
-            for (int e = 0; e < 4; ++e) {
-              const int r = e / 2;
-              const int kv = k0 + j * 8 + quad_col * 2 + e % 2;
-              float x = s[4 * j + e] * args.scale;
-              if constexpr (Variant::kHasScore) {
-                x = variant.score(args.params, x, request, row_head[r], row_q[r], kv);
-              }
-              if (check_elements) {
-                if (kv >= kv_end ||
-                    !variant.mask(args.params, request, row_head[r], row_q[r], kv)) {
-                  x = neg_inf;
-                }
-              }
-              s[4 * j + e] = x;
-              tile_max[r] = fmaxf(tile_max[r], x);
-            }
-          }
-        };
         // Full tiles inside the sequence skip the per-element mask (a separate, uniform path).
+        const int key0 = k0 + quad_col * 2;
         if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
-          score_tile(true);
+          score_and_mask<kBlockN / 8>(variant, args.params, args.scale, rows, key0, kv_end, true, s,
+                                      tile_max);
         } else {
-          score_tile(false);
+          score_and_mask<kBlockN / 8>(variant, args.params, args.scale, rows, key0, kv_end, false,
+                                      s, tile_max);
         }
         float max_scaled[2];
         float rescale[2];
