@@ -14,19 +14,31 @@ constexpr int kPrefillBlockM = 64;
 constexpr int kPrefillBlockN = 64;
 constexpr int kPrefillThreads = 128;
 
-// The Hopper prefill kernel (paged_prefill_sm90.cuh, sm_90a, head dims 64 and 128): a
-// producer warpgroup gathers K/V tiles of kWgmmaBlockN keys into a ring of kWgmmaStages
+// The Hopper prefill kernel (paged_prefill_sm90.cuh, sm_90a, head dims 64, 128 and 256): a
+// producer warpgroup gathers K/V tiles of kWgmmaBlockN keys into a ring of wgmma_stages()
 // stages, two consumer warpgroups of 64 rows each issue wgmma. The visited tiles are listed
 // kWgmmaTileList at a time. The producer gives registers to the consumers (setmaxnreg).
 constexpr int kWgmmaBlockM = 128;
 constexpr int kWgmmaBlockN = 64;
 constexpr int kWgmmaThreads = 384;
 constexpr int kWgmmaTileList = 1024;
-constexpr int kWgmmaProducerRegisters = 72;
-constexpr int kWgmmaConsumerRegisters = 216;
-constexpr int kWgmmaStages = 4;
+constexpr int kWgmmaRegisterPool = 3 * 168;  // per thread of each warpgroup, together
+constexpr int kWgmmaMaxStages = 4;
 FJ_HD constexpr bool prefill_uses_wgmma(int head_dim, bool sm90a) {
-  return sm90a && (head_dim == 64 || head_dim == 128);
+  return sm90a && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+// Head dim 256 takes two stages (Q and two K/V stages fill 193 KiB), the others four.
+FJ_HD constexpr int wgmma_stages(int head_dim) {
+  return head_dim > 128 ? 2 : kWgmmaMaxStages;
+}
+// The three warpgroups share the 168 registers per thread that one CTA of 384 threads has:
+// the consumers take 216 (224 at head dim 256, for O's 128 accumulators), the producer the
+// rest (72, or 56).
+FJ_HD constexpr int wgmma_consumer_registers(int head_dim) {
+  return head_dim > 128 ? 224 : 216;
+}
+FJ_HD constexpr int wgmma_producer_registers(int head_dim) {
+  return kWgmmaRegisterPool - 2 * wgmma_consumer_registers(head_dim);
 }
 
 // Launch shape of the prefill kernel of a head dim, on sm_90a or not.
@@ -46,7 +58,7 @@ FJ_HD constexpr int prefill_smem_row_elems(int head_dim) {
 // align them to the swizzle pattern.
 FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim, bool sm90a) {
   return prefill_uses_wgmma(head_dim, sm90a)
-             ? 1024 + (kWgmmaBlockM + kWgmmaStages * 2 * kWgmmaBlockN) * head_dim * 2
+             ? 1024 + (kWgmmaBlockM + wgmma_stages(head_dim) * 2 * kWgmmaBlockN) * head_dim * 2
              : 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
 }
 

@@ -60,24 +60,24 @@ __device__ __forceinline__ KvRange kv_range_for_heads(const Variant& variant,
 }
 
 // A thread's two rows of an MMA accumulator (quad_row and quad_row + 8 of its warp's 16) with
-// the hooks' terms of the request and of each row, computed once per block of rows: the
-// generated hooks are split by what their terms read (emit_cuda.cpp, SplitHook), so that the
-// per-element part only combines them.
+// the hooks' terms of each row, computed once per block of rows: the generated hooks are split
+// by what their terms read (emit_cuda.cpp, SplitHook), so that the per-element part only
+// combines them. The request's terms are not kept here but recomputed per tile by
+// score_and_mask (the mask's only for tiles that check elements): a mask such as
+// prefix_ranges has a dozen of them, registers the head-dim-256 kernel does not have.
 template <class Variant>
 struct ThreadRows {
   int b;
   int q[2];
   int head[2];
-  typename Variant::MaskRequestTerms mask_request;
-  typename Variant::ScoreRequestTerms score_request;
   typename Variant::MaskQueryTerms mask_query[2];
   typename Variant::ScoreQueryTerms score_query[2];
 
   __device__ __forceinline__ void set(const Variant& variant, const MaskParams& params, int request,
                                       const int (&row_q)[2], const int (&row_head)[2]) {
     b = request;
-    mask_request = variant.mask_request_terms(params, b);
-    score_request = variant.score_request_terms(params, b);
+    const auto mask_request = variant.mask_request_terms(params, b);
+    const auto score_request = variant.score_request_terms(params, b);
     for (int i = 0; i < 2; ++i) {
       q[i] = row_q[i];
       head[i] = row_head[i];
@@ -107,27 +107,30 @@ __device__ __forceinline__ void score_and_mask(const Variant& variant, const Mas
                                                float scale, const ThreadRows<Variant>& rows,
                                                int key0, int kv_end, bool check_elements, Scores& s,
                                                float (&tile_max)[2]) {
+  typename Variant::MaskRequestTerms mask_request{};
+  typename Variant::ScoreRequestTerms score_request{};
+  if constexpr (Variant::kHasScore) score_request = variant.score_request_terms(params, rows.b);
+  if (check_elements) mask_request = variant.mask_request_terms(params, rows.b);
   for (int j = 0; j < kTiles; ++j) {
     typename Variant::MaskKeyTerms mask_key[2] = {};
     typename Variant::ScoreKeyTerms score_key[2] = {};
     for (int c = 0; c < 2; ++c) {
       const int kv = key0 + j * 8 + c;
       if (kv >= kv_end) continue;
-      score_key[c] = variant.score_key_terms(params, rows.b, kv, rows.score_request);
-      if (check_elements)
-        mask_key[c] = variant.mask_key_terms(params, rows.b, kv, rows.mask_request);
+      score_key[c] = variant.score_key_terms(params, rows.b, kv, score_request);
+      if (check_elements) mask_key[c] = variant.mask_key_terms(params, rows.b, kv, mask_request);
     }
     for (int e = 0; e < 4; ++e) {
       const int r = e / 2;
       const int kv = key0 + j * 8 + e % 2;
       float x = s_element(s, j, e) * scale;
       if constexpr (Variant::kHasScore) {
-        x = variant.score(params, x, rows.b, rows.head[r], rows.q[r], kv, rows.score_request,
+        x = variant.score(params, x, rows.b, rows.head[r], rows.q[r], kv, score_request,
                           rows.score_query[r], score_key[e % 2]);
       }
       if (check_elements &&
-          (kv >= kv_end || !variant.mask(params, rows.b, rows.head[r], rows.q[r], kv,
-                                         rows.mask_request, rows.mask_query[r], mask_key[e % 2]))) {
+          (kv >= kv_end || !variant.mask(params, rows.b, rows.head[r], rows.q[r], kv, mask_request,
+                                         rows.mask_query[r], mask_key[e % 2]))) {
         x = negative_infinity();
       }
       s_element(s, j, e) = x;

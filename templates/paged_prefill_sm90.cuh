@@ -1,4 +1,4 @@
-// Paged prefill attention on Hopper (sm_90a) with warpgroup MMA, for head dims 64 and 128:
+// Paged prefill attention on Hopper (sm_90a) with warpgroup MMA, for head dims 64, 128, 256:
 // the contract, the hooks and the numerics are those of paged_prefill.cuh, only the tiling
 // differs. One CTA computes kWgmmaBlockM packed query rows of one request against one kv head
 // with three warpgroups: a producer copies K/V tiles and two consumers (64 rows each) compute.
@@ -7,7 +7,7 @@
 //   to 16 bits, is already in the A-operand layout) and V from shared memory.
 // - The consumers first list the K/V tiles the CTA visits (inside kv_range, not Empty, with
 //   their class) into shared memory. The producer then gathers the listed tiles from the pages
-//   (cp.async) into a ring of kWgmmaStages K/V stages; an mbarrier per stage says when a stage
+//   (cp.async) into a ring of wgmma_stages() K/V stages; an mbarrier per stage says when a stage
 //   is full (the producer arrives once its copies have landed) and another when both
 //   consumers are done with it. The consumers never wait for each other, so one's softmax runs
 //   beside the other's MMAs.
@@ -86,7 +86,9 @@ struct SwizzledTileCopy {
   __device__ __forceinline__ void copy(u32 tile, i64 stride_block, i64 stride_slot,
                                        const i32 (&pages)[kPages], i64 first_row, int k0,
                                        int kv_end) const {
-#pragma unroll
+    // Fully unrolled up to 8 passes; at head dim 256 (16) by four, which keeps the producer
+    // within its 56 registers.
+#pragma unroll(kPasses > 8 ? 4 : kPasses)
     for (int pass = 0; pass < kPasses; ++pass) {
       const int row = row0 + pass * kRowsPerPass;
       const int key = k0 + row;
@@ -107,13 +109,13 @@ struct SwizzledTileCopy {
 // What the roles share, at namespace scope (a static __shared__ array in the block function
 // would exist once per role's instantiation; the translation unit holds this one kernel).
 // Stage s of the K/V ring is full when mbarrier s completes a phase (the producer's copies
-// have landed), free when mbarrier kWgmmaStages + s does (both consumers are done reading it).
-__shared__ __align__(8) unsigned long long fj_wgmma_barriers[2 * kWgmmaStages];
+// have landed), free when mbarrier kWgmmaMaxStages + s does (both consumers are done reading it).
+__shared__ __align__(8) unsigned long long fj_wgmma_barriers[2 * kWgmmaMaxStages];
 __shared__ int fj_wgmma_tile_list[kWgmmaTileList];  // tile * 4 + TileClass
 __shared__ int fj_wgmma_warp_counts[(kWgmmaThreads - 128) / 32];
 
 // The K/V ring as each thread sees it: `tiles` counts the tiles that have gone through it, so
-// the i-th tile overall uses stage i % kWgmmaStages in phase i / kWgmmaStages, for producer and
+// the i-th tile overall uses stage i % stages in phase i / stages, for producer and
 // consumers alike, across blocks of a persistent launch.
 struct KvPipeline {
   u32 tiles = 0;
@@ -121,7 +123,7 @@ struct KvPipeline {
     return smem_address(fj_wgmma_barriers) + 8u * stage;
   }
   __device__ __forceinline__ u32 empty(int stage) const {
-    return smem_address(fj_wgmma_barriers) + 8u * (kWgmmaStages + stage);
+    return smem_address(fj_wgmma_barriers) + 8u * (kWgmmaMaxStages + stage);
   }
 };
 
@@ -133,7 +135,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16 (0: contiguous)");
   constexpr int kBlockM = kWgmmaBlockM;
   constexpr int kBlockN = kWgmmaBlockN;
-  constexpr int kStages = kWgmmaStages;
+  constexpr int kStages = wgmma_stages(kHeadDim);
   constexpr int kConsumerThreads = kWgmmaThreads - 128;
   constexpr int kConsumerWarps = kConsumerThreads / 32;
   constexpr int kQBytes = kBlockM * kHeadDim * 2;
@@ -406,7 +408,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
 // every role runs the CTA's blocks in step.
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
 __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
-  constexpr int kStages = kWgmmaStages;
+  constexpr int kStages = wgmma_stages(kHeadDim);
   KvPipeline pipe;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -416,13 +418,13 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
   }
   __syncthreads();
   if (threadIdx.x < 128) {
-    setmaxnreg_dec<kWgmmaProducerRegisters>();
+    setmaxnreg_dec<wgmma_producer_registers(kHeadDim)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
       prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, true>(args, request, kv_head, row0,
                                                                     pipe);
     });
   } else {
-    setmaxnreg_inc<kWgmmaConsumerRegisters>();
+    setmaxnreg_inc<wgmma_consumer_registers(kHeadDim)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
       prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, false>(args, request, kv_head, row0,
                                                                      pipe);

@@ -32,26 +32,35 @@ flexjit::PrefillKernelConfig config_of(int head_dim, const std::string& arch, in
 
 }  // namespace
 
-TEST_CASE("sm_90a at head dims 64 and 128 gets the warp-specialized wgmma kernel", "[hopper]") {
-  for (int head_dim : {64, 128}) {
+TEST_CASE("sm_90a at head dims 64, 128 and 256 gets the warp-specialized wgmma kernel",
+          "[hopper]") {
+  for (int head_dim : {64, 128, 256}) {
     const flexjit::PrefillLaunchShape shape =
         flexjit::prefill_launch_shape(config_of(head_dim, "sm_90a"));
+    INFO("hd" << head_dim);
     CHECK(shape.wgmma);
     CHECK(shape.block_m == fj::kWgmmaBlockM);
     CHECK(shape.threads == fj::kWgmmaThreads);
-    // Q and four K/V stages, unpadded, plus the swizzle alignment; within the H100's 227 KiB.
-    CHECK(shape.smem_bytes == 1024 + (128 + 4 * 2 * 64) * head_dim * 2);
+    // Q and four K/V stages (two at head dim 256), unpadded, plus the swizzle alignment;
+    // within the H100's 227 KiB.
+    const int stages = head_dim == 256 ? 2 : 4;
+    CHECK(fj::wgmma_stages(head_dim) == stages);
+    CHECK(shape.smem_bytes == 1024 + (128 + stages * 2 * 64) * head_dim * 2);
     CHECK(shape.smem_bytes <= 227 * 1024);
+    // Budgets of the producer and the consumers fill the register file of one CTA of 384
+    // threads at the 168 registers per thread that __launch_bounds__(384, 1) leaves.
+    const int producer = fj::wgmma_producer_registers(head_dim);
+    const int consumer = fj::wgmma_consumer_registers(head_dim);
+    CHECK(128 * producer + 256 * consumer == 384 * 168);
+    CHECK(producer % 8 == 0);
+    CHECK(consumer % 8 == 0);
+    CHECK(producer >= 24);
+    CHECK(consumer <= 256);
   }
-  // Budgets of the producer and the consumers fill the register file of one CTA of 384 threads
-  // at the 168 registers per thread that __launch_bounds__(384, 1) leaves.
-  CHECK(128 * fj::kWgmmaProducerRegisters + 256 * fj::kWgmmaConsumerRegisters == 384 * 168);
-  CHECK(fj::kWgmmaProducerRegisters % 8 == 0);
-  CHECK(fj::kWgmmaConsumerRegisters % 8 == 0);
 
   // Everything else keeps the mma.sync kernel.
   for (const auto& [head_dim, arch] : std::vector<std::pair<int, std::string>>{
-           {80, "sm_90a"}, {96, "sm_90a"}, {256, "sm_90a"}, {128, "sm_80"}, {128, "sm_90"}}) {
+           {80, "sm_90a"}, {96, "sm_90a"}, {128, "sm_80"}, {256, "sm_80"}, {128, "sm_90"}}) {
     const flexjit::PrefillLaunchShape shape =
         flexjit::prefill_launch_shape(config_of(head_dim, arch));
     INFO(arch << " hd" << head_dim);
@@ -79,12 +88,16 @@ TEST_CASE(
     "serialized wgmma",
     "[hopper]") {
   const flexjit::dsl::Module& module = standard_masks(Warnings::Refused);
-  // Every variant at head dim 128, paged; causal and document at 64; the encoder layout.
+  // Every variant at head dim 128, paged; causal and document at 64 and 256; the encoder
+  // layout. (prefix_ranges at 256 spills its sixteen range bounds on Partial tiles.)
   std::vector<std::pair<std::string, flexjit::PrefillKernelConfig>> cases;
   for (const char* name : kStandardVariants)
     cases.emplace_back(name, config_of(128, "sm_90a"));
   cases.emplace_back("causal", config_of(64, "sm_90a"));
   cases.emplace_back("document", config_of(64, "sm_90a", 64));
+  cases.emplace_back("causal", config_of(256, "sm_90a"));
+  cases.emplace_back("document", config_of(256, "sm_90a"));
+  cases.emplace_back("causal_softcap", config_of(256, "sm_90a", 64));
   cases.emplace_back("sliding_sym", config_of(128, "sm_90a", 0));
   for (const auto& [name, config] : cases) {
     auto variant = flexjit::lower_mask(module, name);
