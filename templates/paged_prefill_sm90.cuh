@@ -252,6 +252,15 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         const int k0 = tile_list[i] / 4 * kBlockN;
         i32 pages[TileCopy::kPages];
         k_copy.read_pages(pages, block_row, k0, kv_end);
+        // The consumers free tile t - kStages's stage while they compute tile t - kStages + 1,
+        // which the producer reports full after tile t - kStages + 2's copies are out: with
+        // fewer than three stages that is tile t itself, so the tile in flight is reported
+        // before the wait instead.
+        const bool report_first = kStages < 3 && t >= kStages && i > 0;
+        if (report_first) {
+          cp_async_wait<0>();
+          mbarrier_arrive(pipe.full((t + kStages - 1) % kStages));
+        }
         if (t >= kStages) mbarrier_wait(pipe.empty(stage), (t / kStages - 1) % 2);
         const u32 k_tile = stages_address + stage * 2 * kTileBytes;
         k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, token_begin, k0,
@@ -259,7 +268,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         v_copy.copy(k_tile + kTileBytes, args.v_stride_block, args.v_stride_slot, pages,
                     token_begin, k0, kv_end);
         cp_async_commit();
-        if (i > 0) {
+        if (i > 0 && !report_first) {
           cp_async_wait<1>();
           mbarrier_arrive(pipe.full((t + kStages - 1) % kStages));
         }
