@@ -56,14 +56,26 @@ struct SwizzledTileCopy {
   static constexpr int kPages =
       kPageSize == 0 ? 1 : (kWholePages ? (kPageSize >= kRows ? 1 : kRows / kPageSize) : kPasses);
   // The entry of pass `pass`: keys k0 + row0 + pass * kRowsPerPass, k0 a multiple of kRows.
+  // row0 < kRowsPerPass, so where a page holds whole passes the entry depends on the pass
+  // alone: a constant in an unrolled loop.
   __device__ __forceinline__ int page_of(int pass) const {
     if constexpr (!kWholePages) {
       return pass;
     } else if constexpr (kPageSize >= kRows) {
       return 0;
+    } else if constexpr (kPageSize % kRowsPerPass == 0) {
+      return pass * kRowsPerPass / kPageSize;
     } else {
       return (row0 + pass * kRowsPerPass) / kPageSize;
     }
+  }
+  // pages[j] by selects: an index that is not a constant would put the array in local memory.
+  static __device__ __forceinline__ i32 entry(const i32 (&pages)[kPages], int j) {
+    i32 value = pages[0];
+#pragma unroll
+    for (int i = 1; i < kPages; ++i)
+      value = j == i ? pages[i] : value;
+    return value;
   }
 
   // The block-table entries of this thread's rows of keys [k0, k0 + kRows) (0 past kv_end;
@@ -96,7 +108,7 @@ struct SwizzledTileCopy {
       if constexpr (kPageSize == 0) {
         offset = (first_row + key) * stride_slot;
       } else {
-        offset = static_cast<i64>(static_cast<u32>(pages[page_of(pass)])) * stride_block +
+        offset = static_cast<i64>(static_cast<u32>(entry(pages, page_of(pass)))) * stride_block +
                  static_cast<i64>(static_cast<u32>(key) % kPageSize) * stride_slot;
       }
       const bool valid = key < kv_end;
