@@ -22,8 +22,8 @@ struct PrefillKernelConfig {
 bool prefill_head_dim_supported(int head_dim);
 bool prefill_page_size_supported(int page_size);
 
-// Launch shape of a config's prefill kernel: the wgmma kernel on sm_90a for head dims 64 and
-// 128 (fj::prefill_uses_wgmma, docs/hopper.md), the mma.sync kernel otherwise.
+// Launch shape of a config's prefill kernel: the wgmma kernel on sm_90a for head dims 64, 128
+// and 256 (fj::prefill_uses_wgmma, docs/hopper.md), the mma.sync kernel otherwise.
 struct PrefillLaunchShape {
   bool wgmma = false;
   int block_m = 0;  // packed query rows per CTA (and per planned work item)
