@@ -71,6 +71,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
     row_head[i] = block.head(row0 + quad_row + i * 8);
   }
   ThreadRows<Variant> rows;
+  const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
   rows.set(variant, args.params, request, row_q, row_head);
 
   const i32* block_row = args.block_table + static_cast<i64>(request) * args.block_table_stride;
@@ -195,7 +196,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       }
       for (int j = 0; j < 2; ++j) {
         for (int e = 0; e < 4; ++e) {
-          const float p = exp2f(s[j][e] * kLog2e - max_scaled[e / 2]);
+          const float p = exp2f(s[j][e] * factor - max_scaled[e / 2]);
           s[j][e] = p;
           row_sum[e / 2] += p;
         }

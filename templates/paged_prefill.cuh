@@ -97,16 +97,26 @@ __device__ __forceinline__ float& s_element(float (&s)[kElements], int j, int e)
   return s[4 * j + e];
 }
 
-// Scales the thread's kTiles n8 tiles of S, applies the score hook and, with check_elements
-// (a Partial tile, or one past the sequence), the mask, and keeps each row's maximum in
-// tile_max. Element e of tile j is row e / 2 and key key0 + 8 j + e % 2 (key0 holds the
-// thread's quad column). Key terms are computed once per key, and only for keys inside the
-// sequence: the elements of the others are masked without reading them.
-template <int kTiles, class Variant, class Scores>
-__device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
-                                               float scale, const ThreadRows<Variant>& rows,
-                                               int key0, int kv_end, bool check_elements, Scores& s,
-                                               float (&tile_max)[2]) {
+// Whether score_and_mask leaves S unscaled, the softmax scale folded into the exponent's FFMA
+// (one multiply per element less): without a score hook, for a positive scale (the maximum of
+// the raw products is then the scaled maximum; zero or negative scales are legal and keep the
+// multiply).
+template <class Variant>
+__device__ __forceinline__ bool fold_scale(float scale) {
+  return !Variant::kHasScore && scale > 0.0f;
+}
+// The factor of exp2's argument for the values score_and_mask leaves in S.
+template <class Variant>
+__device__ __forceinline__ float exp2_factor(float scale) {
+  return fold_scale<Variant>(scale) ? scale * kLog2e : kLog2e;
+}
+
+template <bool kFoldScale, int kTiles, class Variant, class Scores>
+__device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
+                                                    const MaskParams& params, float scale,
+                                                    const ThreadRows<Variant>& rows, int key0,
+                                                    int kv_end, bool check_elements, Scores& s,
+                                                    float (&tile_max)[2]) {
   typename Variant::MaskRequestTerms mask_request{};
   typename Variant::ScoreRequestTerms score_request{};
   if constexpr (Variant::kHasScore) score_request = variant.score_request_terms(params, rows.b);
@@ -123,7 +133,7 @@ __device__ __forceinline__ void score_and_mask(const Variant& variant, const Mas
     for (int e = 0; e < 4; ++e) {
       const int r = e / 2;
       const int kv = key0 + j * 8 + e % 2;
-      float x = s_element(s, j, e) * scale;
+      float x = kFoldScale ? s_element(s, j, e) : s_element(s, j, e) * scale;
       if constexpr (Variant::kHasScore) {
         x = variant.score(params, x, rows.b, rows.head[r], rows.q[r], kv, score_request,
                           rows.score_query[r], score_key[e % 2]);
@@ -136,6 +146,30 @@ __device__ __forceinline__ void score_and_mask(const Variant& variant, const Mas
       s_element(s, j, e) = x;
       tile_max[r] = fmaxf(tile_max[r], x);
     }
+  }
+  if constexpr (kFoldScale) {
+    tile_max[0] *= scale;
+    tile_max[1] *= scale;
+  }
+}
+
+// Applies the scale, the score hook and, with check_elements (a Partial tile, or one past the
+// sequence), the mask to the thread's kTiles n8 tiles of S, and keeps each row's maximum of
+// the scaled values in tile_max. With fold_scale S is left unscaled (exp2_factor says how to
+// read it). Element e of tile j is row e / 2 and key key0 + 8 j + e % 2 (key0 holds the
+// thread's quad column). Key terms are computed once per key, and only for keys inside the
+// sequence: the elements of the others are masked without reading them.
+template <int kTiles, class Variant, class Scores>
+__device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
+                                               float scale, const ThreadRows<Variant>& rows,
+                                               int key0, int kv_end, bool check_elements, Scores& s,
+                                               float (&tile_max)[2]) {
+  if (fold_scale<Variant>(scale)) {
+    score_and_mask_impl<true, kTiles>(variant, params, scale, rows, key0, kv_end, check_elements, s,
+                                      tile_max);
+  } else {
+    score_and_mask_impl<false, kTiles>(variant, params, scale, rows, key0, kv_end, check_elements,
+                                       s, tile_max);
   }
 }
 
@@ -326,6 +360,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     row_head[i] = block.head(packed);
   }
   ThreadRows<Variant> rows;
+  const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
   rows.set(variant, args.params, request, row_q, row_head);
 
   // Q fragments stay in registers across the K/V loop up to head dim 128; beyond, the O
@@ -427,7 +462,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     }
     for (int j = 0; j < kNTilesS; ++j) {
       for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[j][e] * kLog2e - max_scaled[e / 2]);
+        const float p = exp2f(s[j][e] * factor - max_scaled[e / 2]);
         s[j][e] = p;
         row_sum[e / 2] += p;
       }

@@ -203,6 +203,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   const int quad_col = lane % 4;
   int row_q[2], row_head[2];  // this thread's two packed rows: quad_row and quad_row + 8
   ThreadRows<Variant> rows;   // the two rows with the hooks' terms (unused by the producer)
+  const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
   float o[kOChunks][32];
   const float neg_inf = negative_infinity();
   float row_max[2] = {neg_inf, neg_inf};
@@ -369,7 +370,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
           float v[8];
           for (int e = 0; e < 8; ++e) {
-            v[e] = fast_exp2(s[8 * kk + e] * kLog2e - max_scaled[(e / 2) % 2]);
+            v[e] = fast_exp2(s[8 * kk + e] * factor - max_scaled[(e / 2) % 2]);
             row_sum[(e / 2) % 2] += v[e];
           }
           for (int f = 0; f < 4; ++f)

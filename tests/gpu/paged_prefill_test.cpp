@@ -231,6 +231,26 @@ TEST_CASE("every head dim, both layouts", "[gpu]") {
   require_correct(config, check(config));
 }
 
+TEST_CASE("zero, negative and positive softmax scales", "[gpu]") {
+  // Without a score hook the kernels fold a positive scale into exp2's argument; zero and
+  // negative scales (legal: score = scale * q.k) take the multiply. Prefill rows and decode.
+  const float scale = GENERATE(0.0f, -0.3f, 0.2f);
+  const int head_dim = GENERATE(64, 128, 256);
+  const std::string mask = GENERATE("causal", "document");
+  flexjit::PagedCheckConfig config;
+  config.mask = mask;
+  config.scale = scale;
+  config.head_dim = head_dim;
+  config.num_heads = 8;
+  config.num_kv_heads = 2;
+  config.query_lens = {1, 150, 70};
+  config.context_lens = {400, 30, 0};
+  config.params.assign(1, 0);
+  config.seed = head_dim + static_cast<int>(scale * 10.0f);
+  INFO(mask << " hd" << head_dim << " scale " << scale);
+  require_correct(config, check(config));
+}
+
 TEST_CASE("page sizes up to 256", "[gpu]") {
   const int page_size = GENERATE(32, 128, 256);
   flexjit::PagedCheckConfig config;
