@@ -37,7 +37,7 @@ struct PagedCheckConfig {
   bool contiguous = false;
   fj_dtype dtype = FJ_DTYPE_BF16;
   int head_dim = 128;
-  std::optional<float> scale;  // the softmax scale; default 1 / sqrt(head_dim)
+  std::optional<float> scale;  // the softmax scale; unset or 0: 1 / sqrt(head_dim)
   int page_size = 16;
   int num_heads = 8;
   int num_kv_heads = 8;
