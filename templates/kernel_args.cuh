@@ -15,17 +15,24 @@ constexpr int kPrefillBlockN = 64;
 constexpr int kPrefillThreads = 128;
 
 // The Hopper prefill kernel (paged_prefill_sm90.cuh, sm_90a, head dims 64, 128 and 256): a
-// producer warpgroup gathers K/V tiles of kWgmmaBlockN keys into a ring of wgmma_stages()
+// producer warpgroup gathers K/V tiles of wgmma_block_n() keys into a ring of wgmma_stages()
 // stages, two consumer warpgroups of 64 rows each issue wgmma. The visited tiles are listed
 // kWgmmaTileList at a time. The producer gives registers to the consumers (setmaxnreg).
 constexpr int kWgmmaBlockM = 128;
-constexpr int kWgmmaBlockN = 64;
 constexpr int kWgmmaThreads = 384;
 constexpr int kWgmmaTileList = 1024;
 constexpr int kWgmmaRegisterPool = 3 * 168;  // per thread of each warpgroup, together
 constexpr int kWgmmaMaxStages = 4;
 FJ_HD constexpr bool prefill_uses_wgmma(int head_dim, bool sm90a) {
   return sm90a && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+// Keys per K/V tile: 128 at head dim 64, where a 64-key tile's softmax and barriers cost as
+// much as its MMAs; 64 above, and for variants whose per-element mask and score take more
+// than kWgmmaWideTileOperations operations (prefix_ranges: 35; ptxas serializes the wgmma of
+// its 128-key tile). The host sizes shared memory for the widest (element_operations 0).
+constexpr int kWgmmaWideTileOperations = 16;
+FJ_HD constexpr int wgmma_block_n(int head_dim, int element_operations = 0) {
+  return head_dim == 64 && element_operations <= kWgmmaWideTileOperations ? 128 : 64;
 }
 // Head dim 256 takes two stages (Q and two K/V stages fill 193 KiB), the others four.
 FJ_HD constexpr int wgmma_stages(int head_dim) {
@@ -58,7 +65,8 @@ FJ_HD constexpr int prefill_smem_row_elems(int head_dim) {
 // align them to the swizzle pattern.
 FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim, bool sm90a) {
   return prefill_uses_wgmma(head_dim, sm90a)
-             ? 1024 + (kWgmmaBlockM + wgmma_stages(head_dim) * 2 * kWgmmaBlockN) * head_dim * 2
+             ? 1024 + (kWgmmaBlockM + wgmma_stages(head_dim) * 2 * wgmma_block_n(head_dim)) *
+                          head_dim * 2
              : 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
 }
 

@@ -96,6 +96,11 @@ template <int kElements>
 __device__ __forceinline__ float& s_element(float (&s)[kElements], int j, int e) {
   return s[4 * j + e];
 }
+// wgmma accumulators of 64 keys each: tile j is tile j % 8 of accumulator j / 8.
+template <int kAccumulators>
+__device__ __forceinline__ float& s_element(float (&s)[kAccumulators][32], int j, int e) {
+  return s[j / 8][4 * (j % 8) + e];
+}
 
 // Whether score_and_mask leaves S unscaled, the softmax scale folded into the exponent's FFMA
 // (one multiply per element less): without a score hook, for a positive scale (the maximum of

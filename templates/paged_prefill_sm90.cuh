@@ -146,7 +146,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   static_assert(kHeadDim % 64 == 0, "the wgmma kernel takes head dims in 64-column chunks");
   static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16 (0: contiguous)");
   constexpr int kBlockM = kWgmmaBlockM;
-  constexpr int kBlockN = kWgmmaBlockN;
+  constexpr int kBlockN = wgmma_block_n(kHeadDim, Variant::kElementOperations);
+  constexpr int kSAccumulators = kBlockN / 64;  // m64n64 accumulators of S
   constexpr int kStages = wgmma_stages(kHeadDim);
   constexpr int kConsumerThreads = kWgmmaThreads - 128;
   constexpr int kConsumerWarps = kConsumerThreads / 32;
@@ -154,7 +155,6 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   constexpr int kTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
   constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q·K^T
   constexpr int kOChunks = kHeadDim / 64;             // 64-column accumulators of O
-  static_assert(kBlockN == 64, "S is one m64n64 accumulator");
 
   extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
   // The swizzle pattern repeats every 1024 bytes: tiles start on such a boundary.
@@ -296,13 +296,17 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       const unsigned long long q_desc =
           wgmma_desc_sw128(smem_address(q_tile) + consumer * 64 * 128, 1024, 1024);
       const unsigned long long stage_desc = wgmma_desc_sw128(stages_address, 1024, 1024);
-      // S = Q K^T for the consumer's 64 rows and the 64 keys of K stage `stage`; committed.
-      const auto issue_s = [&](float(&s)[32], int stage) {
+      // S = Q K^T for the consumer's 64 rows and the keys of K stage `stage`, 64 keys per
+      // accumulator (rows 64 a of the K tile); committed.
+      const auto issue_s = [&](float(&s)[kSAccumulators][32], int stage) {
         const unsigned long long k_desc = stage_desc + ((stage * 2 * kTileBytes) >> 4);
         for (int ks = 0; ks < kKSteps; ++ks) {
           const int step = (ks % 4) * 32;
-          wgmma_64x64x16_ss<kBF16>(s, q_desc + (((ks / 4) * 128 * kBlockM + step) >> 4),
-                                   k_desc + (((ks / 4) * 128 * kBlockN + step) >> 4), ks > 0);
+          for (int a = 0; a < kSAccumulators; ++a) {
+            wgmma_64x64x16_ss<kBF16>(
+                s[a], q_desc + (((ks / 4) * 128 * kBlockM + step) >> 4),
+                k_desc + (((ks / 4) * 128 * kBlockN + a * 64 * 128 + step) >> 4), ks > 0);
+          }
         }
         wgmma_commit();
       };
@@ -338,7 +342,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         mbarrier_wait(pipe.full(stage), (t / kStages) % 2);
         fence_proxy_async_shared();
 
-        float s[32];
+        float s[kSAccumulators][32];
         wgmma_fence();
         issue_s(s, stage);
         if (i > 0) {
@@ -347,7 +351,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         } else {
           wgmma_wait<0>();
         }
-        fence_registers(s);
+        for (int a = 0; a < kSAccumulators; ++a)
+          fence_registers(s[a]);
 
         // Scale, score_mod, mask (per element only where the tile is Partial or runs past the
         // sequence), then the online-softmax update. s[4j + e] is row quad_row + 8 * (e / 2),
@@ -370,7 +375,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
           float v[8];
           for (int e = 0; e < 8; ++e) {
-            v[e] = fast_exp2(s[8 * kk + e] * factor - max_scaled[(e / 2) % 2]);
+            v[e] =
+                fast_exp2(s_element(s, 2 * kk + e / 4, e % 4) * factor - max_scaled[(e / 2) % 2]);
             row_sum[(e / 2) % 2] += v[e];
           }
           for (int f = 0; f < 4; ++f)

@@ -214,6 +214,8 @@ class StatementWriter {
   void bind(const ir::Expr& e, std::string name) { names_.emplace(e.get(), std::move(name)); }
 
   const std::string& code() const { return code_; }
+  // Statements written by value_of.
+  int statements() const { return statement_count_; }
   // Adds a statement of the caller's after those written so far.
   void append(const std::string& statement) { code_ += statement; }
 
@@ -448,6 +450,7 @@ class SplitHook {
                   fmt::format("    return {}{{{}}};\n", type(at), fmt::join(values, ", "));
     }
     element_value_ = writers[kElement].value_of(root);
+    element_operations_ = writers[kElement].statements();
     code_[kElement] = writers[kElement].code();
   }
 
@@ -486,6 +489,9 @@ class SplitHook {
         fmt::arg("element_value", element_value_));
     return text;
   }
+
+  // Operations the element part computes (each a statement).
+  int element_operations() const { return element_operations_; }
 
  private:
   enum Level { kRequest, kQuery, kKey, kElement, kLevels };
@@ -544,6 +550,7 @@ class SplitHook {
   std::string fields_[kElement];
   std::string code_[kLevels];
   std::string element_value_;
+  int element_operations_ = 0;
 };
 
 }  // namespace
@@ -584,6 +591,8 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       "struct {struct_name} {{\n"
       "  static constexpr bool kHasScore = {has_score};\n"
       "  static constexpr bool kUsesHead = {uses_head};\n"
+      "  // Operations per element left after the split (the kernel's tile width follows it)\n"
+      "  static constexpr int kElementOperations = {element_operations};\n"
       "\n"
       "{mask_hooks}"
       "\n"
@@ -611,6 +620,8 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       fmt::arg("mask_ir", ir::to_string(mask)), fmt::arg("score_comment", score_comment),
       fmt::arg("struct_name", struct_name), fmt::arg("has_score", variant.has_score()),
       fmt::arg("uses_head", variant.uses_head),
+      fmt::arg("element_operations",
+               mask_hook.element_operations() + score_hook.element_operations()),
       fmt::arg("mask_hooks", mask_hook.declarations("bool", "")),
       fmt::arg("score_hooks", score_hook.declarations("float", "float s, ")),
       fmt::arg("ranges", ranges), fmt::arg("class_code", interval.code()),

@@ -76,6 +76,7 @@ TEST_CASE("the causal variant has the struct and every hook", "[emit]") {
   CHECK_THAT(code, Catch::Contains("struct CausalVariant {"));
   CHECK_THAT(code, Catch::Contains("static constexpr bool kHasScore = false;"));
   CHECK_THAT(code, Catch::Contains("static constexpr bool kUsesHead = false;"));
+  CHECK_THAT(code, Catch::Contains("static constexpr int kElementOperations = 1;"));
   CHECK_THAT(code, Catch::Contains("__device__ __forceinline__ bool mask(const fj::MaskParams& "
                                    "p, int b, int h, int q, int kv) const {"));
   CHECK_THAT(code, Catch::Contains("__device__ __forceinline__ float score(const fj::MaskParams& "

@@ -41,11 +41,13 @@ TEST_CASE("sm_90a at head dims 64, 128 and 256 gets the warp-specialized wgmma k
     CHECK(shape.wgmma);
     CHECK(shape.block_m == fj::kWgmmaBlockM);
     CHECK(shape.threads == fj::kWgmmaThreads);
-    // Q and four K/V stages (two at head dim 256), unpadded, plus the swizzle alignment;
-    // within the H100's 227 KiB.
+    // Q and four K/V stages (two at head dim 256) of 64 keys (128 at head dim 64), unpadded,
+    // plus the swizzle alignment; within the H100's 227 KiB.
     const int stages = head_dim == 256 ? 2 : 4;
+    const int keys = head_dim == 64 ? 128 : 64;
     CHECK(fj::wgmma_stages(head_dim) == stages);
-    CHECK(shape.smem_bytes == 1024 + (128 + stages * 2 * 64) * head_dim * 2);
+    CHECK(fj::wgmma_block_n(head_dim) == keys);
+    CHECK(shape.smem_bytes == 1024 + (128 + stages * 2 * keys) * head_dim * 2);
     CHECK(shape.smem_bytes <= 227 * 1024);
     // Budgets of the producer and the consumers fill the register file of one CTA of 384
     // threads at the 168 registers per thread that __launch_bounds__(384, 1) leaves.
@@ -57,6 +59,12 @@ TEST_CASE("sm_90a at head dims 64, 128 and 256 gets the warp-specialized wgmma k
     CHECK(producer >= 24);
     CHECK(consumer <= 256);
   }
+
+  // A variant with many operations per element keeps 64-key tiles at head dim 64 (in the
+  // shared memory sized for 128).
+  CHECK(fj::wgmma_block_n(64, 3) == 128);
+  CHECK(fj::wgmma_block_n(64, 35) == 64);
+  CHECK(fj::wgmma_block_n(128, 0) == 64);
 
   // Everything else keeps the mma.sync kernel.
   for (const auto& [head_dim, arch] : std::vector<std::pair<int, std::string>>{
@@ -88,13 +96,15 @@ TEST_CASE(
     "serialized wgmma",
     "[hopper]") {
   const flexjit::dsl::Module& module = standard_masks(Warnings::Refused);
-  // Every variant at head dim 128, paged; causal and document at 64 and 256; the encoder
+  // Every variant at head dim 128, paged; causal and document at 64 and 256, prefix_ranges
+  // at 64; the encoder
   // layout. (prefix_ranges at 256 spills its sixteen range bounds on Partial tiles.)
   std::vector<std::pair<std::string, flexjit::PrefillKernelConfig>> cases;
   for (const char* name : kStandardVariants)
     cases.emplace_back(name, config_of(128, "sm_90a"));
   cases.emplace_back("causal", config_of(64, "sm_90a"));
   cases.emplace_back("document", config_of(64, "sm_90a", 64));
+  cases.emplace_back("prefix_ranges", config_of(64, "sm_90a"));  // 64-key tiles at hd64
   cases.emplace_back("causal", config_of(256, "sm_90a"));
   cases.emplace_back("document", config_of(256, "sm_90a"));
   cases.emplace_back("causal_softcap", config_of(256, "sm_90a", 64));

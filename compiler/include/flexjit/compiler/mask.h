@@ -144,7 +144,8 @@ class MaskAnalysis {
 
 // CUDA source defining `struct_name` with the fixed hooks of DESIGN.md §5: kHasScore,
 // kUsesHead, mask(), score() (the identity when the variant has no score), classify() and
-// kv_range().
+// kv_range(); also mask() and score() split into request, query-row, key and element parts
+// (docs/hopper.md) and kElementOperations, the element parts' operation count.
 // Self-contained apart from fj_ops.cuh.
 std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name);
 
