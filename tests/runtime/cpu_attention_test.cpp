@@ -315,6 +315,21 @@ TEST_CASE("CPU: rows with no visible key give 0 and lse -inf", "[cpu]") {
   correct(config, report);
 }
 
+TEST_CASE("CPU: softmax scales other than 1/sqrt(d)", "[cpu]") {
+  // Gemma-style scales, a negative one, and 0 (which the C API reads as 1 / sqrt(d)).
+  flexjit::PagedCheckConfig config;
+  config.mask = "causal";
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 64;
+  config.query_lens = {1, 90};
+  config.context_lens = {200, 17};
+  config.params = params_with_window(0);
+  config.scale = GENERATE(0.0625f, 0.5f, -0.2f, 0.0f);
+  INFO("scale " << *config.scale);
+  correct(config, check(config));
+}
+
 TEST_CASE("CPU: a window wider than the sequence sees every earlier key", "[cpu]") {
   flexjit::PagedCheckConfig config;
   config.mask = "sliding";

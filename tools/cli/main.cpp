@@ -794,6 +794,7 @@ struct RunOptions {
   bool check_bounds = false;  // report the first out-of-range array read
   uint64_t seed = 1;
   int iterations = 20;
+  float scale = 0.0f;  // softmax scale; 0: 1 / sqrt(head dim)
   std::string device;  // "cuda" or "cpu"; empty: cuda when a GPU is usable, else cpu
 };
 
@@ -862,6 +863,7 @@ int command_run(const std::string& path, RunOptions& options) {
       if (set->given[slot]) config.arrays[slot] = std::move(set->arrays[slot]);
   }
   config.seed = options.seed;
+  config.scale = options.scale;
   config.timing_iterations = options.iterations;
   config.check_bounds = options.check_bounds;
   const bool cpu = options.device.empty() ? !cuda_device_usable() : options.device == "cpu";
@@ -1036,6 +1038,8 @@ int main(int argc, char** argv) {
   run->add_flag("--encoder", run_options.encoder,
                 "contiguous K/V packed like q (fj_varlen_attention); no cached context");
   run->add_option("--seed", run_options.seed, "random seed");
+  run->add_option("--scale", run_options.scale,
+                  "softmax scale (score = scale * q.k); 0, the default: 1 / sqrt(head dim)");
   run->add_flag("--check-bounds", run_options.check_bounds,
                 "report the first array read outside its array (debug launch)");
   run->add_option("--iterations", run_options.iterations, "timed launches (0: no timing)");
