@@ -355,8 +355,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           fence_registers(s[a]);
 
         // Scale, score_mod, mask (per element only where the tile is Partial or runs past the
-        // sequence), then the online-softmax update. s[4j + e] is row quad_row + 8 * (e / 2),
-        // key k0 + 8j + 2 * quad_col + e % 2.
+        // sequence), then the online-softmax update. Element e of n8 tile j (s_element: s[j / 8]
+        // [4 (j % 8) + e]) is row quad_row + 8 * (e / 2), key k0 + 8j + 2 * quad_col + e % 2.
         float tile_max[2] = {neg_inf, neg_inf};
         // Full tiles inside the sequence skip the per-element mask (a separate, uniform path).
         const int key0 = k0 + quad_col * 2;
