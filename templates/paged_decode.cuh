@@ -65,14 +65,9 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   const int lane = threadIdx.x % 32;
   const int quad_row = lane / 4;
   const int quad_col = lane % 4;
-  int row_q[2], row_head[2];
-  for (int i = 0; i < 2; ++i) {
-    row_q[i] = block.position(row0 + quad_row + i * 8);
-    row_head[i] = block.head(row0 + quad_row + i * 8);
-  }
-  ThreadRows<Variant> rows;
+  ThreadRows<Variant> rows;                               // packed rows quad_row and quad_row + 8
   const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
-  rows.set(variant, args.params, request, row_q, row_head);
+  rows.set(variant, args.params, request, block, row0 + quad_row);
 
   const i32* block_row = args.block_table + static_cast<i64>(request) * args.block_table_stride;
   const unsigned short* k_cache = static_cast<const unsigned short*>(args.k_cache);

@@ -59,6 +59,57 @@ __device__ __forceinline__ KvRange kv_range_for_heads(const Variant& variant,
   }
 }
 
+// Packed query rows [row0, row0 + rows) of one request against one kv head (GQA packing): row r
+// is query token r / group with query head kv_head * group + r % group. The prefill and decode
+// kernels take their work in such blocks.
+struct PackedRows {
+  int group;
+  int token_begin;  // the request's first query row in q and out
+  int packed_rows;  // query tokens times group
+  int seq_len;      // keys of the request (its new tokens included)
+  int q_offset;     // logical position of the request's first query token (DESIGN.md §3)
+  int kv_head;
+  int row0;
+  int last_row;  // the block's last row inside the request
+
+  __device__ __forceinline__ int q_lo() const { return q_offset + row0 / group; }
+  __device__ __forceinline__ int q_hi() const { return q_offset + last_row / group; }
+  // The query heads of the block's rows: all of the group once it spans two tokens.
+  __device__ __forceinline__ int head_lo() const {
+    return kv_head * group + (last_row / group > row0 / group ? 0 : row0 % group);
+  }
+  __device__ __forceinline__ int head_hi() const {
+    return kv_head * group + (last_row / group > row0 / group ? group - 1 : last_row % group);
+  }
+  // Position and head of a row. Rows past the request compute a copy of its last row (their
+  // output is never written), so the mask and score only ever see positions and heads of the
+  // request: an array read indexed by q stays in range, and a debug bounds report means a real
+  // bad index.
+  __device__ __forceinline__ int position(int packed) const {
+    return q_offset + min(packed, packed_rows - 1) / group;
+  }
+  __device__ __forceinline__ int head(int packed) const {
+    return kv_head * group + min(packed, packed_rows - 1) % group;
+  }
+};
+
+__device__ __forceinline__ PackedRows packed_rows_of(const PagedPrefillArgs& args, int request,
+                                                     int kv_head, int row0, int rows,
+                                                     bool contiguous) {
+  PackedRows block;
+  block.group = args.num_heads / args.num_kv_heads;
+  block.token_begin = args.query_start_loc[request];
+  const int query_len = args.query_start_loc[request + 1] - block.token_begin;
+  // Contiguous (encoder) sequences attend to themselves: as many keys as queries.
+  block.seq_len = contiguous ? query_len : args.seq_lens[request];
+  block.packed_rows = query_len * block.group;
+  block.q_offset = block.seq_len - query_len;
+  block.kv_head = kv_head;
+  block.row0 = row0;
+  block.last_row = min(row0 + rows, block.packed_rows) - 1;
+  return block;
+}
+
 // A thread's two rows of an MMA accumulator (quad_row and quad_row + 8 of its warp's 16) with
 // the hooks' terms of each row, computed once per block of rows: the generated hooks are split
 // by what their terms read (emit_cuda.cpp, SplitHook), so that the per-element part only
@@ -73,14 +124,15 @@ struct ThreadRows {
   typename Variant::MaskQueryTerms mask_query[2];
   typename Variant::ScoreQueryTerms score_query[2];
 
+  // Packed rows `first` and first + 8 of `block`.
   __device__ __forceinline__ void set(const Variant& variant, const MaskParams& params, int request,
-                                      const int (&row_q)[2], const int (&row_head)[2]) {
+                                      const PackedRows& block, int first) {
     b = request;
     const auto mask_request = variant.mask_request_terms(params, b);
     const auto score_request = variant.score_request_terms(params, b);
     for (int i = 0; i < 2; ++i) {
-      q[i] = row_q[i];
-      head[i] = row_head[i];
+      q[i] = block.position(first + i * 8);
+      head[i] = block.head(first + i * 8);
       mask_query[i] = variant.mask_query_terms(params, b, head[i], q[i], mask_request);
       score_query[i] = variant.score_query_terms(params, b, head[i], q[i], score_request);
     }
@@ -176,57 +228,6 @@ __device__ __forceinline__ void score_and_mask(const Variant& variant, const Mas
     score_and_mask_impl<false, kTiles>(variant, params, scale, rows, key0, kv_end, check_elements,
                                        s, tile_max);
   }
-}
-
-// Packed query rows [row0, row0 + rows) of one request against one kv head (GQA packing): row r
-// is query token r / group with query head kv_head * group + r % group. The prefill and decode
-// kernels take their work in such blocks.
-struct PackedRows {
-  int group;
-  int token_begin;  // the request's first query row in q and out
-  int packed_rows;  // query tokens times group
-  int seq_len;      // keys of the request (its new tokens included)
-  int q_offset;     // logical position of the request's first query token (DESIGN.md §3)
-  int kv_head;
-  int row0;
-  int last_row;  // the block's last row inside the request
-
-  __device__ __forceinline__ int q_lo() const { return q_offset + row0 / group; }
-  __device__ __forceinline__ int q_hi() const { return q_offset + last_row / group; }
-  // The query heads of the block's rows: all of the group once it spans two tokens.
-  __device__ __forceinline__ int head_lo() const {
-    return kv_head * group + (last_row / group > row0 / group ? 0 : row0 % group);
-  }
-  __device__ __forceinline__ int head_hi() const {
-    return kv_head * group + (last_row / group > row0 / group ? group - 1 : last_row % group);
-  }
-  // Position and head of a row. Rows past the request compute a copy of its last row (their
-  // output is never written), so the mask and score only ever see positions and heads of the
-  // request: an array read indexed by q stays in range, and a debug bounds report means a real
-  // bad index.
-  __device__ __forceinline__ int position(int packed) const {
-    return q_offset + min(packed, packed_rows - 1) / group;
-  }
-  __device__ __forceinline__ int head(int packed) const {
-    return kv_head * group + min(packed, packed_rows - 1) % group;
-  }
-};
-
-__device__ __forceinline__ PackedRows packed_rows_of(const PagedPrefillArgs& args, int request,
-                                                     int kv_head, int row0, int rows,
-                                                     bool contiguous) {
-  PackedRows block;
-  block.group = args.num_heads / args.num_kv_heads;
-  block.token_begin = args.query_start_loc[request];
-  const int query_len = args.query_start_loc[request + 1] - block.token_begin;
-  // Contiguous (encoder) sequences attend to themselves: as many keys as queries.
-  block.seq_len = contiguous ? query_len : args.seq_lens[request];
-  block.packed_rows = query_len * block.group;
-  block.q_offset = block.seq_len - query_len;
-  block.kv_head = kv_head;
-  block.row0 = row0;
-  block.last_row = min(row0 + rows, block.packed_rows) - 1;
-  return block;
 }
 
 // The online-softmax step of a thread's two rows (quad_row and quad_row + 8 of an m16 tile) for
@@ -356,17 +357,13 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   const int quad_col = lane % 4;
 
   // This thread's two packed rows (quad_row and quad_row + 8 of the warp's 16).
-  int row_q[2], row_head[2];
+  const int first_row = row0 + warp * 16 + quad_row;
   bool row_valid[2];
-  for (int i = 0; i < 2; ++i) {
-    const int packed = row0 + warp * 16 + quad_row + i * 8;
-    row_valid[i] = packed < packed_rows;
-    row_q[i] = block.position(packed);
-    row_head[i] = block.head(packed);
-  }
+  for (int i = 0; i < 2; ++i)
+    row_valid[i] = first_row + i * 8 < packed_rows;
   ThreadRows<Variant> rows;
   const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
-  rows.set(variant, args.params, request, row_q, row_head);
+  rows.set(variant, args.params, request, block, first_row);
 
   // Q fragments stay in registers across the K/V loop up to head dim 128; beyond, the O
   // accumulator needs those registers and Q is re-read from shared memory for each tile.
@@ -501,12 +498,12 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     const i64 token = token_begin + packed / group;
     const float inv = total > 0.0f ? 1.0f / total : 0.0f;
     u32* out_row = reinterpret_cast<u32*>(out + token * args.out_stride_token +
-                                          static_cast<i64>(row_head[i]) * args.out_stride_head);
+                                          static_cast<i64>(rows.head[i]) * args.out_stride_head);
     for (int j = 0; j < kNTilesO; ++j) {
       out_row[j * 4 + quad_col] = pack_2x16<kBF16>(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
     }
     if (args.lse != nullptr && quad_col == 0) {
-      args.lse[token * args.lse_stride_token + row_head[i]] =
+      args.lse[token * args.lse_stride_token + rows.head[i]] =
           total > 0.0f ? row_max[i] + logf(total) : neg_inf;
     }
   }

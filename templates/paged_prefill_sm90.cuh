@@ -201,20 +201,16 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   const int consumer = consumer_warp / 4;  // 0, 1: rows 64 * consumer
   const int quad_row = lane / 4;           // row within the 8-row half of the warp's 16 rows
   const int quad_col = lane % 4;
-  int row_q[2], row_head[2];  // this thread's two packed rows: quad_row and quad_row + 8
-  ThreadRows<Variant> rows;   // the two rows with the hooks' terms (unused by the producer)
+  // This thread's two packed rows, quad_row and quad_row + 8, with the hooks' terms (unused by
+  // the producer).
+  ThreadRows<Variant> rows;
   const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
   float o[kOChunks][32];
   const float neg_inf = negative_infinity();
   float row_max[2] = {neg_inf, neg_inf};
   float row_sum[2] = {0.0f, 0.0f};
   if constexpr (!kProducer) {
-    for (int i = 0; i < 2; ++i) {
-      const int packed = row0 + consumer_warp * 16 + quad_row + i * 8;
-      row_q[i] = block.position(packed);
-      row_head[i] = block.head(packed);
-    }
-    rows.set(variant, args.params, request, row_q, row_head);
+    rows.set(variant, args.params, request, block, row0 + consumer_warp * 16 + quad_row);
     for (int c = 0; c < kOChunks; ++c)
       for (int e = 0; e < 32; ++e)
         o[c][e] = 0.0f;
@@ -420,13 +416,13 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
     const i64 token = token_begin + packed / block.group;
     const float inv = total > 0.0f ? 1.0f / total : 0.0f;
     u32* out_row = reinterpret_cast<u32*>(out + token * args.out_stride_token +
-                                          static_cast<i64>(row_head[r]) * args.out_stride_head);
+                                          static_cast<i64>(rows.head[r]) * args.out_stride_head);
     for (int j = 0; j < kHeadDim / 8; ++j) {
       const float* acc = &o[j / 8][4 * (j % 8) + 2 * r];
       out_row[j * 4 + quad_col] = pack_2x16<kBF16>(acc[0] * inv, acc[1] * inv);
     }
     if (args.lse != nullptr && quad_col == 0) {
-      args.lse[token * args.lse_stride_token + row_head[r]] =
+      args.lse[token * args.lse_stride_token + rows.head[r]] =
           total > 0.0f ? row_max[r] + logf(total) : neg_inf;
     }
   }
