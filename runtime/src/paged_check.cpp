@@ -36,10 +36,8 @@ Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64&
   batch.num_kv_heads = config.num_kv_heads;
   batch.head_dim = config.head_dim;
   batch.page_size = config.page_size;
-  // 0 means 1 / sqrt(head_dim), as in the C API.
-  batch.scale = config.scale.value_or(0.0f) != 0.0f
-                    ? *config.scale
-                    : 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  batch.scale =
+      config.scale != 0.0f ? config.scale : 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   batch.params = config.params;
   batch.arrays = config.arrays;
 

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +36,7 @@ struct PagedCheckConfig {
   bool contiguous = false;
   fj_dtype dtype = FJ_DTYPE_BF16;
   int head_dim = 128;
-  std::optional<float> scale;  // the softmax scale; unset or 0: 1 / sqrt(head_dim)
+  float scale = 0.0f;  // the softmax scale; 0: 1 / sqrt(head_dim), as in the C API
   int page_size = 16;
   int num_heads = 8;
   int num_kv_heads = 8;

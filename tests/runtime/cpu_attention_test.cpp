@@ -326,7 +326,7 @@ TEST_CASE("CPU: softmax scales other than 1/sqrt(d)", "[cpu]") {
   config.context_lens = {200, 17};
   config.params = params_with_window(0);
   config.scale = GENERATE(0.0625f, 0.5f, -0.2f, 0.0f);
-  INFO("scale " << *config.scale);
+  INFO("scale " << config.scale);
   correct(config, check(config));
 }
 
