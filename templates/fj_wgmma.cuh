@@ -101,6 +101,16 @@ __device__ __forceinline__ void mbarrier_wait(u32 barrier, u32 parity) {
   } while (done == 0);
 }
 
+// Stores four 8x8 matrices of 16-bit elements held in the mma fragment layout (PTX
+// stmatrix): register i holds this thread's pair of matrix i (row lane / 4, columns
+// 2 (lane % 4) and + 1); thread t gives the shared address of row t % 8 of matrix t / 8.
+__device__ __forceinline__ void stmatrix_x4(u32 row_address, const u32 (&r)[4]) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(row_address),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
+}
+
 // Warpgroup register budgets (every warp of the warpgroup executes them).
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_inc() {

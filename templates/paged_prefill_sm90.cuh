@@ -405,25 +405,74 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
     pipe.tiles += listed;
     cta_barrier();  // every role is done with the list before it is refilled
   }
-  if constexpr (kProducer) return;
-
-  // Normalise and write. Each quad holds a full row; the row sum is reduced across it.
-  unsigned short* out = static_cast<unsigned short*>(args.out);
-  for (int r = 0; r < 2; ++r) {
-    const float total = quad_sum(row_sum[r]);
-    const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
-    if (packed >= block.packed_rows) continue;
-    const i64 token = token_begin + packed / block.group;
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-    u32* out_row = reinterpret_cast<u32*>(out + token * args.out_stride_token +
-                                          static_cast<i64>(rows.head[r]) * args.out_stride_head);
-    for (int j = 0; j < kHeadDim / 8; ++j) {
-      const float* acc = &o[j / 8][4 * (j % 8) + 2 * r];
-      out_row[j * 4 + quad_col] = pack_2x16<kBF16>(acc[0] * inv, acc[1] * inv);
-    }
-    if (args.lse != nullptr && quad_col == 0) {
-      args.lse[token * args.lse_stride_token + rows.head[r]] =
-          total > 0.0f ? row_max[r] + logf(total) : neg_inf;
+  if constexpr (!kProducer) {
+    // Normalise and write. Each quad holds a full row; the row sum is reduced across it.
+    unsigned short* out = static_cast<unsigned short*>(args.out);
+    const auto write_lse = [&](int r, float total) {
+      const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
+      if (args.lse != nullptr && quad_col == 0 && packed < block.packed_rows) {
+        const i64 token = token_begin + packed / block.group;
+        args.lse[token * args.lse_stride_token + rows.head[r]] =
+            total > 0.0f ? row_max[r] + logf(total) : neg_inf;
+      }
+    };
+    if constexpr (kHeadDim <= 128) {
+      // The warp's 16 rows go through its own rows of the Q tile (no wgmma reads them any
+      // more: the warpgroup's last S is done), so that they leave in 16-byte stores of whole
+      // rows. (At head dim 256 the consumers have no registers to spare for it: ptxas spills.)
+      float total[2];
+      float inv[2];
+      for (int r = 0; r < 2; ++r) {
+        total[r] = quad_sum(row_sum[r]);
+        inv[r] = total[r] > 0.0f ? 1.0f / total[r] : 0.0f;
+      }
+      using QLayout = Swizzled128Rows<kBlockM>;
+      const int warp_row0 = consumer_warp * 16;
+      // Matrix m of each stmatrix: rows 8 (m % 2) of the warp's, columns 16 jj + 8 (m / 2).
+      for (int jj = 0; jj < kHeadDim / 16; ++jj) {
+        u32 pairs[4];
+        for (int m = 0; m < 4; ++m) {
+          const int j = 2 * jj + m / 2;  // n8 tile
+          const float* acc = &o[j / 8][4 * (j % 8) + 2 * (m % 2)];
+          pairs[m] = pack_2x16<kBF16>(acc[0] * inv[m % 2], acc[1] * inv[m % 2]);
+        }
+        const int row = warp_row0 + lane % 8 + 8 * ((lane / 8) % 2);
+        stmatrix_x4(smem_address(q_tile + QLayout::offset(row, 2 * jj + lane / 16)), pairs);
+      }
+      __syncwarp();
+      // Lanes take 16-byte chunks of 32 / kChunksPerRow rows at a time (a rolled loop: the
+      // addresses of every row at once would take registers the consumers do not have).
+      constexpr int kChunksPerRow = kHeadDim / 8;
+      constexpr int kRowsPerPass = 32 / kChunksPerRow;
+      const int chunk = lane % kChunksPerRow;
+#pragma unroll 1
+      for (int row = lane / kChunksPerRow; row < 16; row += kRowsPerPass) {
+        const int packed = row0 + warp_row0 + row;
+        if (packed >= block.packed_rows) continue;
+        const i64 token = token_begin + packed / block.group;
+        const i64 head = static_cast<i64>(kv_head) * block.group + packed % block.group;
+        *reinterpret_cast<uint4*>(out + token * args.out_stride_token +
+                                  head * args.out_stride_head + chunk * 8) =
+            *reinterpret_cast<const uint4*>(q_tile + QLayout::offset(warp_row0 + row, chunk));
+      }
+      write_lse(0, total[0]);
+      write_lse(1, total[1]);
+    } else {
+      for (int r = 0; r < 2; ++r) {
+        const float total = quad_sum(row_sum[r]);
+        const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
+        if (packed >= block.packed_rows) continue;
+        const i64 token = token_begin + packed / block.group;
+        const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+        u32* out_row =
+            reinterpret_cast<u32*>(out + token * args.out_stride_token +
+                                   static_cast<i64>(rows.head[r]) * args.out_stride_head);
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          const float* acc = &o[j / 8][4 * (j % 8) + 2 * r];
+          out_row[j * 4 + quad_col] = pack_2x16<kBF16>(acc[0] * inv, acc[1] * inv);
+        }
+        write_lse(r, total);
+      }
     }
   }
 }
