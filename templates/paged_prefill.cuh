@@ -168,7 +168,7 @@ __device__ __forceinline__ float exp2_factor(float scale) {
   return fold_scale<Variant>(scale) ? scale * kLog2e : kLog2e;
 }
 
-template <bool kFoldScale, int kTiles, class Variant, class Scores>
+template <bool kFoldScale, int kTiles, int kKeyBatch, class Variant, class Scores>
 __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
                                                     const MaskParams& params, float scale,
                                                     const ThreadRows<Variant>& rows, int key0,
@@ -178,30 +178,41 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
   typename Variant::ScoreRequestTerms score_request{};
   if constexpr (Variant::kHasScore) score_request = variant.score_request_terms(params, rows.b);
   if (check_elements) mask_request = variant.mask_request_terms(params, rows.b);
-  for (int j = 0; j < kTiles; ++j) {
-    typename Variant::MaskKeyTerms mask_key[2] = {};
-    typename Variant::ScoreKeyTerms score_key[2] = {};
-    for (int c = 0; c < 2; ++c) {
-      const int kv = key0 + j * 8 + c;
-      if (kv >= kv_end) continue;
-      score_key[c] = variant.score_key_terms(params, rows.b, kv, score_request);
-      if (check_elements) mask_key[c] = variant.mask_key_terms(params, rows.b, kv, mask_request);
+  // Tiles go kBatch at a time: the key terms of a batch's keys first, so that their loads are
+  // in flight together. Keys past the sequence take the last key's terms (their elements are
+  // masked regardless, and the tile is only visited when kv_end > 0): no branch separates the
+  // loads.
+  constexpr int kBatch = kKeyBatch < kTiles ? kKeyBatch : kTiles;
+  static_assert(kTiles % kBatch == 0, "whole batches of n8 tiles");
+  for (int j0 = 0; j0 < kTiles; j0 += kBatch) {
+    typename Variant::MaskKeyTerms mask_key[kBatch][2] = {};
+    typename Variant::ScoreKeyTerms score_key[kBatch][2] = {};
+    for (int b = 0; b < kBatch; ++b) {
+      for (int c = 0; c < 2; ++c) {
+        const int kv = min(key0 + (j0 + b) * 8 + c, kv_end - 1);
+        score_key[b][c] = variant.score_key_terms(params, rows.b, kv, score_request);
+        if (check_elements)
+          mask_key[b][c] = variant.mask_key_terms(params, rows.b, kv, mask_request);
+      }
     }
-    for (int e = 0; e < 4; ++e) {
-      const int r = e / 2;
-      const int kv = key0 + j * 8 + e % 2;
-      float x = kFoldScale ? s_element(s, j, e) : s_element(s, j, e) * scale;
-      if constexpr (Variant::kHasScore) {
-        x = variant.score(params, x, rows.b, rows.head[r], rows.q[r], kv, score_request,
-                          rows.score_query[r], score_key[e % 2]);
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = j0 + b;
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2;
+        const int kv = key0 + j * 8 + e % 2;
+        float x = kFoldScale ? s_element(s, j, e) : s_element(s, j, e) * scale;
+        if constexpr (Variant::kHasScore) {
+          x = variant.score(params, x, rows.b, rows.head[r], rows.q[r], kv, score_request,
+                            rows.score_query[r], score_key[b][e % 2]);
+        }
+        if (check_elements &&
+            (kv >= kv_end || !variant.mask(params, rows.b, rows.head[r], rows.q[r], kv,
+                                           mask_request, rows.mask_query[r], mask_key[b][e % 2]))) {
+          x = negative_infinity();
+        }
+        s_element(s, j, e) = x;
+        tile_max[r] = fmaxf(tile_max[r], x);
       }
-      if (check_elements &&
-          (kv >= kv_end || !variant.mask(params, rows.b, rows.head[r], rows.q[r], kv, mask_request,
-                                         rows.mask_query[r], mask_key[e % 2]))) {
-        x = negative_infinity();
-      }
-      s_element(s, j, e) = x;
-      tile_max[r] = fmaxf(tile_max[r], x);
     }
   }
   if constexpr (kFoldScale) {
@@ -214,19 +225,19 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
 // sequence), the mask to the thread's kTiles n8 tiles of S, and keeps each row's maximum of
 // the scaled values in tile_max. With fold_scale S is left unscaled (exp2_factor says how to
 // read it). Element e of tile j is row e / 2 and key key0 + 8 j + e % 2 (key0 holds the
-// thread's quad column). Key terms are computed once per key, and only for keys inside the
-// sequence: the elements of the others are masked without reading them.
-template <int kTiles, class Variant, class Scores>
+// thread's quad column). Key terms are computed once per key, kKeyBatch n8 tiles' keys at a
+// time; keys past the sequence reuse the last key's terms and are masked.
+template <int kTiles, int kKeyBatch = 1, class Variant, class Scores>
 __device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
                                                float scale, const ThreadRows<Variant>& rows,
                                                int key0, int kv_end, bool check_elements, Scores& s,
                                                float (&tile_max)[2]) {
   if (fold_scale<Variant>(scale)) {
-    score_and_mask_impl<true, kTiles>(variant, params, scale, rows, key0, kv_end, check_elements, s,
-                                      tile_max);
+    score_and_mask_impl<true, kTiles, kKeyBatch>(variant, params, scale, rows, key0, kv_end,
+                                                 check_elements, s, tile_max);
   } else {
-    score_and_mask_impl<false, kTiles>(variant, params, scale, rows, key0, kv_end, check_elements,
-                                       s, tile_max);
+    score_and_mask_impl<false, kTiles, kKeyBatch>(variant, params, scale, rows, key0, kv_end,
+                                                  check_elements, s, tile_max);
   }
 }
 

@@ -155,6 +155,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   constexpr int kTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
   constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q·K^T
   constexpr int kOChunks = kHeadDim / 64;             // 64-column accumulators of O
+  constexpr int kKeyBatch = kHeadDim <= 128 && kBlockN == 64 ? 4 : 1;  // score_and_mask's
 
   extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
   // The swizzle pattern repeats every 1024 bytes: tiles start on such a boundary.
@@ -355,13 +356,15 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         // [4 (j % 8) + e]) is row quad_row + 8 * (e / 2), key k0 + 8j + 2 * quad_col + e % 2.
         float tile_max[2] = {neg_inf, neg_inf};
         // Full tiles inside the sequence skip the per-element mask (a separate, uniform path).
+        // Key terms load four n8 tiles at a time where the registers allow (not at head dim
+        // 256, nor with 128-key tiles: ptxas spills).
         const int key0 = k0 + quad_col * 2;
         if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
-          score_and_mask<kBlockN / 8>(variant, args.params, args.scale, rows, key0, kv_end, true, s,
-                                      tile_max);
+          score_and_mask<kBlockN / 8, kKeyBatch>(variant, args.params, args.scale, rows, key0,
+                                                 kv_end, true, s, tile_max);
         } else {
-          score_and_mask<kBlockN / 8>(variant, args.params, args.scale, rows, key0, kv_end, false,
-                                      s, tile_max);
+          score_and_mask<kBlockN / 8, kKeyBatch>(variant, args.params, args.scale, rows, key0,
+                                                 kv_end, false, s, tile_max);
         }
         float max_scaled[2];
         float rescale[2];
