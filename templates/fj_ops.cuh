@@ -219,15 +219,30 @@ FJ_HD KeyRange summary_range(const ArrayParam& a, bool is_float, i64 line, i64 l
   hi = hi >= length ? length - 1 : hi;
   if (line < 0 || line >= summary_lines(a) || lo > hi) return keys;
 
-  for (i64 position = lo; position <= hi && position % kSummaryFanout != 0; lo = ++position) {
-    const i32 key = summary_element_key(a, is_float, (i32)line, position);
-    take(key, key);
+  // Each step below takes a counted run of positions or entries, so that a GPU thread's loads
+  // of a run are in flight together (a loop whose exit depends on the position's remainder
+  // issues one load at a time).
+  // The head of [lo, hi] up to the first block boundary, and the tail back to the last one
+  // (unless the tail is the line's short last block, which level 1 summarises).
+  if (lo % kSummaryFanout != 0) {
+    const i64 boundary = lo - lo % kSummaryFanout + kSummaryFanout - 1;
+    const i64 last = hi < boundary ? hi : boundary;
+#pragma unroll 2
+    for (i64 position = lo; position <= last; ++position) {
+      const i32 key = summary_element_key(a, is_float, (i32)line, position);
+      take(key, key);
+    }
+    lo = last + 1;
   }
-  for (i64 position = hi;
-       position >= lo && (position + 1) % kSummaryFanout != 0 && position != length - 1;
-       hi = --position) {
-    const i32 key = summary_element_key(a, is_float, (i32)line, position);
-    take(key, key);
+  if (hi >= lo && (hi + 1) % kSummaryFanout != 0 && hi != length - 1) {
+    const i64 boundary = hi - hi % kSummaryFanout;
+    const i64 first = lo > boundary ? lo : boundary;
+#pragma unroll 2
+    for (i64 position = first; position <= hi; ++position) {
+      const i32 key = summary_element_key(a, is_float, (i32)line, position);
+      take(key, key);
+    }
+    hi = first - 1;
   }
   if (lo > hi) return keys;
   // [lo, hi] is now whole blocks of level 1 (the last may be the line's short tail).
@@ -238,18 +253,34 @@ FJ_HD KeyRange summary_range(const ArrayParam& a, bool is_float, i64 line, i64 l
   for (int level = 1; level <= levels && lo <= hi; ++level) {
     const i64 count = summary_level_pairs(length, level);
     const i32* entries = pairs + 2 * summary_level_offset(length, level);
-    const bool top = level == levels;
-    const auto take_entry = [&](i64 i) {
+    const auto take_entries = [&](i64 first, i64 last) {
+#pragma unroll 2
+      for (i64 i = first; i <= last; ++i) {
 #if defined(__CUDA_ARCH__)
-      take(__ldg(entries + 2 * i), __ldg(entries + 2 * i + 1));
+        take(__ldg(entries + 2 * i), __ldg(entries + 2 * i + 1));
 #else
-      take(entries[2 * i], entries[2 * i + 1]);
+        take(entries[2 * i], entries[2 * i + 1]);
 #endif
+      }
     };
-    for (; lo <= hi && (top || lo % kSummaryFanout != 0); ++lo)
-      take_entry(lo);
-    for (; hi >= lo && (hi + 1) % kSummaryFanout != 0 && hi != count - 1; --hi)
-      take_entry(hi);
+    // The top level takes what is left; below it, the entries up to the first boundary of the
+    // level above and back from the last one (unless the last is the level's short tail).
+    if (level == levels) {
+      take_entries(lo, hi);
+      break;
+    }
+    if (lo % kSummaryFanout != 0) {
+      const i64 boundary = lo - lo % kSummaryFanout + kSummaryFanout - 1;
+      const i64 last = hi < boundary ? hi : boundary;
+      take_entries(lo, last);
+      lo = last + 1;
+    }
+    if (hi >= lo && (hi + 1) % kSummaryFanout != 0 && hi != count - 1) {
+      const i64 boundary = hi - hi % kSummaryFanout;
+      const i64 first = lo > boundary ? lo : boundary;
+      take_entries(first, hi);
+      hi = first - 1;
+    }
     if (lo > hi) break;
     lo /= kSummaryFanout;
     hi /= kSummaryFanout;
