@@ -22,6 +22,60 @@
 
 namespace fj {
 
+// K/V tile loads of the decode kernel. Where a row's 16-byte chunks divide the CTA's threads
+// into whole rows (head dims 64, 128, 256): KvTileCopy, its per-thread constants computed once
+// and the block-table entries of the next tile read a step ahead (read_pages, then load), so
+// that their latency is not in front of the copies. Otherwise (80, 96) the prefill kernel's
+// loader, which reads an entry per chunk.
+template <int kHeadDim, int kPageSize,
+          bool kWholeRows = kDecodeThreads % (kHeadDim / 8) == 0 &&
+                            kDecodeBlockN % (kDecodeThreads / (kHeadDim / 8)) == 0>
+struct DecodeTileLoader {
+  using Copy = KvTileCopy<kHeadDim, kDecodeBlockN, kDecodeThreads, kPageSize, PaddedRows<kHeadDim>>;
+  Copy k_copy;
+  Copy v_copy;
+  i32 pages[Copy::kPages];
+
+  __device__ __forceinline__ DecodeTileLoader(const unsigned short* k_cache,
+                                              const unsigned short* v_cache, i64 k_head_offset,
+                                              i64 v_head_offset)
+      : k_copy(static_cast<int>(threadIdx.x), k_cache, k_head_offset),
+        v_copy(static_cast<int>(threadIdx.x), v_cache, v_head_offset) {}
+  __device__ __forceinline__ void read_pages(const i32* block_row, int k0, int kv_end) {
+    k_copy.read_pages(pages, block_row, k0, kv_end);
+  }
+  // Keys [k0, k0 + kDecodeBlockN), with the entries of the last read_pages.
+  __device__ __forceinline__ void load(const PagedPrefillArgs& args, unsigned short* k_tile,
+                                       unsigned short* v_tile, const i32*, int k0,
+                                       int kv_end) const {
+    k_copy.copy(smem_address(k_tile), args.k_stride_block, args.k_stride_slot, pages, 0, k0,
+                kv_end);
+    v_copy.copy(smem_address(v_tile), args.v_stride_block, args.v_stride_slot, pages, 0, k0,
+                kv_end);
+  }
+};
+
+template <int kHeadDim, int kPageSize>
+struct DecodeTileLoader<kHeadDim, kPageSize, false> {
+  const unsigned short* k_cache;
+  const unsigned short* v_cache;
+  i64 k_head_offset;
+  i64 v_head_offset;
+
+  __device__ __forceinline__ DecodeTileLoader(const unsigned short* k, const unsigned short* v,
+                                              i64 k_offset, i64 v_offset)
+      : k_cache(k), v_cache(v), k_head_offset(k_offset), v_head_offset(v_offset) {}
+  __device__ __forceinline__ void read_pages(const i32*, int, int) {}
+  __device__ __forceinline__ void load(const PagedPrefillArgs& args, unsigned short* k_tile,
+                                       unsigned short* v_tile, const i32* block_row, int k0,
+                                       int kv_end) const {
+    load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
+                                      k_head_offset, block_row, 0, k0, kv_end);
+    load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
+                                      v_head_offset, block_row, 0, k0, kv_end);
+  }
+};
+
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
 __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem& item,
                             unsigned char* smem) {
@@ -110,13 +164,13 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   __shared__ int tile_list[kDecodeThreads];
   __shared__ int warp_counts[kWarps];
 
+  DecodeTileLoader<kHeadDim, kPageSize> loader(k_cache, v_cache, k_head_offset, v_head_offset);
   const auto load_tile = [&](int entry, int stage) {
-    const int k0 = (entry >> 2) * kDecodeBlockN;
     unsigned short* k_tile = stages + stage * 2 * kTileElems;
-    load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
-                                      k_head_offset, block_row, 0, k0, kv_end);
-    load_kv_tile<kHeadDim, kPageSize>(k_tile + kTileElems, v_cache, args.v_stride_block,
-                                      args.v_stride_slot, v_head_offset, block_row, 0, k0, kv_end);
+    loader.load(args, k_tile, k_tile + kTileElems, block_row, (entry >> 2) * kDecodeBlockN, kv_end);
+  };
+  const auto read_pages = [&](int entry) {
+    loader.read_pages(block_row, (entry >> 2) * kDecodeBlockN, kv_end);
   };
 
   for (int batch = split_first; batch < split_end; batch += kDecodeThreads) {
@@ -144,14 +198,20 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       count += warp_counts[w];
 
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < count) load_tile(tile_list[s], s);
+      if (s < count) {
+        read_pages(tile_list[s]);
+        load_tile(tile_list[s], s);
+      }
       cp_async_commit();
     }
+    if (kStages - 1 < count) read_pages(tile_list[kStages - 1]);
     for (int i = 0; i < count; ++i) {
       cp_async_wait<kStages - 2>();
       __syncthreads();  // tile i has landed for every thread; tile i - 1's stage is free
-      if (i + kStages - 1 < count)
+      if (i + kStages - 1 < count) {
         load_tile(tile_list[i + kStages - 1], (i + kStages - 1) % kStages);
+        if (i + kStages < count) read_pages(tile_list[i + kStages]);
+      }
       cp_async_commit();
 
       const int entry = tile_list[i];

@@ -274,6 +274,98 @@ struct PaddedRows {
   static __device__ __forceinline__ int offset(int row, int chunk) {
     return row * prefill_smem_row_elems(kHeadDim) + chunk * 8;
   }
+  static __device__ __forceinline__ u32 bytes(int row, int chunk) {
+    return static_cast<u32>(offset(row, chunk)) * 2u;
+  }
+};
+
+// One thread's share of copying K/V tiles of kRows keys into shared memory laid out by Layout
+// (its bytes(row, chunk)), kThreads threads together: 16-byte chunk `chunk` of rows row0 +
+// pass * kRowsPerPass. What does not change from tile to tile (the chunk, the rows, the head's
+// column) is computed once, and a tile's block-table entries are read once for K and V.
+template <int kHeadDim, int kRows, int kThreads, int kPageSize, class Layout>
+struct KvTileCopy {
+  static constexpr int kChunksPerRow = kHeadDim / 8;
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static constexpr int kPasses = kRows / kRowsPerPass;
+  static_assert(kRows % kRowsPerPass == 0, "passes cover the tile");
+  int row0;
+  int chunk;
+  const unsigned short* base;  // the cache plus the head's and the chunk's column
+
+  __device__ __forceinline__ KvTileCopy(int thread, const unsigned short* cache, i64 head_offset) {
+    chunk = thread % kChunksPerRow;
+    row0 = thread / kChunksPerRow;
+    base = cache + head_offset + chunk * 8;
+  }
+
+  // Block-table entries a tile needs per thread: with pages that divide the tile (or tiles
+  // that divide the pages; tiles start at multiples of kRows) a thread's passes share
+  // kRows / kPageSize entries (one); otherwise one per pass.
+  static constexpr bool kWholePages =
+      kPageSize != 0 && (kRows % kPageSize == 0 || kPageSize % kRows == 0);
+  static constexpr int kPages =
+      kPageSize == 0 ? 1 : (kWholePages ? (kPageSize >= kRows ? 1 : kRows / kPageSize) : kPasses);
+  // The entry of pass `pass`: keys k0 + row0 + pass * kRowsPerPass, k0 a multiple of kRows.
+  // row0 < kRowsPerPass, so where a page holds whole passes the entry depends on the pass
+  // alone: a constant in an unrolled loop.
+  __device__ __forceinline__ int page_of(int pass) const {
+    if constexpr (!kWholePages) {
+      return pass;
+    } else if constexpr (kPageSize >= kRows) {
+      return 0;
+    } else if constexpr (kPageSize % kRowsPerPass == 0) {
+      return pass * kRowsPerPass / kPageSize;
+    } else {
+      return (row0 + pass * kRowsPerPass) / kPageSize;
+    }
+  }
+  // pages[j] by selects: an index that is not a constant would put the array in local memory.
+  static __device__ __forceinline__ i32 entry(const i32 (&pages)[kPages], int j) {
+    i32 value = pages[0];
+#pragma unroll
+    for (int i = 1; i < kPages; ++i)
+      value = j == i ? pages[i] : value;
+    return value;
+  }
+
+  // The block-table entries of this thread's rows of keys [k0, k0 + kRows) (0 past kv_end;
+  // nothing to read for a contiguous cache).
+  __device__ __forceinline__ void read_pages(i32 (&pages)[kPages], const i32* block_row, int k0,
+                                             int kv_end) const {
+    if constexpr (kPageSize != 0) {
+#pragma unroll
+      for (int j = 0; j < kPages; ++j) {
+        // The first key of entry j (of pass j when pages are not whole).
+        const int key = kWholePages ? k0 + j * kPageSize : k0 + row0 + j * kRowsPerPass;
+        pages[j] = key < kv_end ? block_row[static_cast<u32>(key) / kPageSize] : 0;
+      }
+    }
+  }
+
+  // Keys [k0, k0 + kRows) into the tile at shared address `tile`, with their pages from
+  // read_pages; keys at or past kv_end are zeroed and read nothing. kPageSize == 0: key j is row
+  // first_row + j. Keys are never negative: the slot is an unsigned remainder.
+  __device__ __forceinline__ void copy(u32 tile, i64 stride_block, i64 stride_slot,
+                                       const i32 (&pages)[kPages], i64 first_row, int k0,
+                                       int kv_end) const {
+    // Fully unrolled up to 8 passes; at head dim 256 (16) by four, which keeps the producer
+    // within its 56 registers.
+#pragma unroll(kPasses > 8 ? 4 : kPasses)
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int row = row0 + pass * kRowsPerPass;
+      const int key = k0 + row;
+      i64 offset;
+      if constexpr (kPageSize == 0) {
+        offset = (first_row + key) * stride_slot;
+      } else {
+        offset = static_cast<i64>(static_cast<u32>(entry(pages, page_of(pass)))) * stride_block +
+                 static_cast<i64>(static_cast<u32>(key) % kPageSize) * stride_slot;
+      }
+      const bool valid = key < kv_end;
+      cp_async_16_shared(tile + Layout::bytes(row, chunk), valid ? base + offset : base, valid);
+    }
+  }
 };
 
 // Issues the cp.async copies of the block's kRows query rows into `q_tile`, laid out by Layout;
