@@ -104,7 +104,6 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   // do not have are skipped (the same for every split of the item, so merges stay consistent).
   if (row0 >= block.packed_rows) return;
   const int group = block.group;
-  const int token_begin = block.token_begin;
   const int packed_rows = block.packed_rows;
   const int seq_len = block.seq_len;
   const int q_lo = block.q_lo();
@@ -322,7 +321,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
 
   const int packed = row0 + row;
   const bool row_valid = packed < packed_rows;
-  const i64 token = token_begin + packed / group;
+  const i64 token = block.token(packed);
   const i64 head = static_cast<i64>(kv_head) * group + packed % group;
   unsigned short* out = static_cast<unsigned short*>(args.out);
   const auto write_row = [&](const float* values, float row_lse) {

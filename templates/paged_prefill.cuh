@@ -91,6 +91,8 @@ struct PackedRows {
   __device__ __forceinline__ int head(int packed) const {
     return kv_head * group + min(packed, packed_rows - 1) % group;
   }
+  // The row of q and out of a row inside the request (packed < packed_rows).
+  __device__ __forceinline__ i64 token(int packed) const { return token_begin + packed / group; }
 };
 
 __device__ __forceinline__ PackedRows packed_rows_of(const PagedPrefillArgs& args, int request,
@@ -382,7 +384,7 @@ __device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedP
     const bool valid = packed < block.packed_rows;
     const unsigned short* src = q;
     if (valid) {
-      const i64 token = block.token_begin + packed / block.group;
+      const i64 token = block.token(packed);
       const i64 head = block.kv_head * block.group + packed % block.group;
       src = q + token * args.q_stride_token + head * args.q_stride_head + chunk * 8;
     }
@@ -441,7 +443,6 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   const PackedRows block =
       packed_rows_of(args, request, kv_head, row0, kPrefillBlockM, kPageSize == 0);
   if (row0 >= block.packed_rows) return;
-  const int group = block.group;
   const int token_begin = block.token_begin;
   const int packed_rows = block.packed_rows;
   const int seq_len = block.seq_len;
@@ -598,7 +599,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     const float total = quad_sum(row_sum[i]);
     if (!row_valid[i]) continue;
     const int packed = row0 + warp * 16 + quad_row + i * 8;
-    const i64 token = token_begin + packed / group;
+    const i64 token = block.token(packed);
     const float inv = total > 0.0f ? 1.0f / total : 0.0f;
     u32* out_row = reinterpret_cast<u32*>(out + token * args.out_stride_token +
                                           static_cast<i64>(rows.head[i]) * args.out_stride_head);

@@ -23,11 +23,11 @@ namespace fj {
 // Element and byte offsets of the swizzled layout (fj_wgmma.cuh) of a tile of kRows rows.
 template <int kRows>
 struct Swizzled128Rows {
-  static __device__ __forceinline__ int offset(int row, int chunk) {
-    return static_cast<int>(sw128_offset<kRows>(row, chunk) / 2);
-  }
   static __device__ __forceinline__ u32 bytes(int row, int chunk) {
     return sw128_offset<kRows>(row, chunk);
+  }
+  static __device__ __forceinline__ int offset(int row, int chunk) {
+    return static_cast<int>(bytes(row, chunk) / 2);
   }
 };
 
@@ -327,7 +327,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
     const auto write_lse = [&](int r, float total) {
       const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
       if (args.lse != nullptr && quad_col == 0 && packed < block.packed_rows) {
-        const i64 token = token_begin + packed / block.group;
+        const i64 token = block.token(packed);
         args.lse[token * args.lse_stride_token + rows.head[r]] =
             total > 0.0f ? row_max[r] + logf(total) : neg_inf;
       }
@@ -365,7 +365,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       for (int row = lane / kChunksPerRow; row < 16; row += kRowsPerPass) {
         const int packed = row0 + warp_row0 + row;
         if (packed >= block.packed_rows) continue;
-        const i64 token = token_begin + packed / block.group;
+        const i64 token = block.token(packed);
         const i64 head = static_cast<i64>(kv_head) * block.group + packed % block.group;
         *reinterpret_cast<uint4*>(out + token * args.out_stride_token +
                                   head * args.out_stride_head + chunk * 8) =
@@ -378,7 +378,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         const float total = quad_sum(row_sum[r]);
         const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
         if (packed >= block.packed_rows) continue;
-        const i64 token = token_begin + packed / block.group;
+        const i64 token = block.token(packed);
         const float inv = total > 0.0f ? 1.0f / total : 0.0f;
         u32* out_row =
             reinterpret_cast<u32*>(out + token * args.out_stride_token +
