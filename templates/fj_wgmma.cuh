@@ -6,20 +6,14 @@
 // of 16-bit elements is stored in chunks of 64 columns (128 bytes), chunk c at c * R * 128 bytes;
 // in a chunk, row r takes 128 bytes at r * 128 with its eight 16-byte units permuted by
 // unit ^ (r % 8). Chunks start at multiples of 1024 bytes, so the hardware's swizzle (address
-// bits 4-6 XOR bits 7-9) is exactly this permutation. The same bytes serve as a K-major operand
+// bits 4-6 XOR bits 7-9) is exactly this permutation (Swizzled128Rows in paged_prefill.cuh
+// computes the offsets). The same bytes serve as a K-major operand
 // (rows = M or N, columns = K: Q and K) and as an MN-major one (rows = K, columns = N: V).
 #pragma once
 
 #include "fj_device.cuh"
 
 namespace fj {
-
-// Byte offset of 16-byte unit `unit` (columns 8 * unit ...) of row `row` in a swizzled tile of
-// kRows rows.
-template <int kRows>
-__device__ __forceinline__ u32 sw128_offset(int row, int unit) {
-  return static_cast<u32>((unit / 8) * kRows * 128 + row * 128 + (((unit % 8) ^ (row % 8)) * 16));
-}
 
 // Descriptor of a 128-byte-swizzled operand at shared address `address`: `stride_bytes` is the
 // distance between groups of 8 rows (1024 in the layout above), `leading_bytes` the distance

@@ -143,9 +143,22 @@ constexpr int kDecodeMaxRows = 32;
 FJ_HD constexpr int decode_stages(int head_dim) {
   return head_dim > 128 ? 2 : 3;
 }
+// Whether the decode kernel's K/V tiles are unpadded rows in the 128-byte swizzle, copied by
+// whole rows per pass of the CTA's threads (head dims 64, 128, 256), rather than padded rows.
+FJ_HD constexpr bool decode_swizzled_tiles(int head_dim) {
+  return head_dim % 64 == 0 && kDecodeThreads % (head_dim / 8) == 0 &&
+         kDecodeBlockN % (kDecodeThreads / (head_dim / 8)) == 0;
+}
+// Elements of one decode K or V tile.
+FJ_HD constexpr int decode_tile_elems(int head_dim) {
+  return kDecodeBlockN *
+         (decode_swizzled_tiles(head_dim) ? head_dim : prefill_smem_row_elems(head_dim));
+}
+// Q's padded rows and the K/V stages, plus 128 bytes to align them to 128-byte lines.
 FJ_HD constexpr int paged_decode_smem_bytes(int head_dim) {
-  return (kDecodeRows + decode_stages(head_dim) * 2 * kDecodeBlockN) *
-         prefill_smem_row_elems(head_dim) * 2;
+  return 128 + (kDecodeRows * prefill_smem_row_elems(head_dim) +
+                decode_stages(head_dim) * 2 * decode_tile_elems(head_dim)) *
+                   2;
 }
 
 struct PagedDecodeArgs {

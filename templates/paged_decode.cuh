@@ -22,16 +22,15 @@
 
 namespace fj {
 
-// K/V tile loads of the decode kernel. Where a row's 16-byte chunks divide the CTA's threads
-// into whole rows (head dims 64, 128, 256): KvTileCopy, its per-thread constants computed once
-// and the block-table entries of the next tile read a step ahead (read_pages, then load), so
-// that their latency is not in front of the copies. Otherwise (80, 96) the prefill kernel's
-// loader, which reads an entry per chunk.
-template <int kHeadDim, int kPageSize,
-          bool kWholeRows = kDecodeThreads % (kHeadDim / 8) == 0 &&
-                            kDecodeBlockN % (kDecodeThreads / (kHeadDim / 8)) == 0>
+// K/V tile loads of the decode kernel (decode_swizzled_tiles). Head dims 64, 128 and 256:
+// KvTileCopy into unpadded swizzled rows, its per-thread constants computed once and the
+// block-table entries of the next tile read a step ahead (read_pages, then load), so that their
+// latency is not in front of the copies. Otherwise (80, 96) the prefill kernel's loader into
+// padded rows, which reads an entry per chunk.
+template <int kHeadDim, int kPageSize, bool kSwizzled = decode_swizzled_tiles(kHeadDim)>
 struct DecodeTileLoader {
-  using Copy = KvTileCopy<kHeadDim, kDecodeBlockN, kDecodeThreads, kPageSize, PaddedRows<kHeadDim>>;
+  using Layout = Swizzled128Rows<kDecodeBlockN>;
+  using Copy = KvTileCopy<kHeadDim, kDecodeBlockN, kDecodeThreads, kPageSize, Layout>;
   Copy k_copy;
   Copy v_copy;
   i32 pages[Copy::kPages];
@@ -57,6 +56,7 @@ struct DecodeTileLoader {
 
 template <int kHeadDim, int kPageSize>
 struct DecodeTileLoader<kHeadDim, kPageSize, false> {
+  using Layout = PaddedRows<kHeadDim>;
   const unsigned short* k_cache;
   const unsigned short* v_cache;
   i64 k_head_offset;
@@ -85,12 +85,14 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
                 "the decode kernel loads K/V tiles with the prefill kernel's loader");
   constexpr int kRow = prefill_smem_row_elems(kHeadDim);
   constexpr int kStages = decode_stages(kHeadDim);
-  constexpr int kTileElems = kDecodeBlockN * kRow;
+  constexpr int kTileElems = decode_tile_elems(kHeadDim);
   constexpr int kKSteps = kHeadDim / 16;
   constexpr int kNTilesO = kHeadDim / 8;
   constexpr int kWarps = kDecodeThreads / 32;
   static_assert(kWarps * 16 == kDecodeBlockN, "each warp takes 16 keys of a tile");
 
+  using Loader = DecodeTileLoader<kHeadDim, kPageSize>;
+  using Layout = typename Loader::Layout;  // of the K/V tiles
   const PagedPrefillArgs& args = decode.attention;
   unsigned short* q_tile = reinterpret_cast<unsigned short*>(smem);
   unsigned short* stages = q_tile + kDecodeRows * kRow;  // [stage][K tile, V tile]
@@ -140,16 +142,11 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   const int split_first = min(first_tile + item.split * per_split, end_tile);
   const int split_end = min(split_first + per_split, end_tile);
 
-  constexpr bool kQInRegisters = kHeadDim <= 128;
-  constexpr int kQRegSteps = kQInRegisters ? kKSteps : 1;
+  // Q's fragments are read from shared memory at each tile: the few ldmatrix cost nothing in a
+  // kernel bound by the K/V reads, and registers held for Q would leave less for the copies.
   const unsigned short* q_warp = q_tile + (lane % 16) * kRow + (lane / 16) * 8;
-  u32 q_frag[kQRegSteps][4];
   cp_async_wait<0>();
   __syncthreads();
-  if constexpr (kQInRegisters) {
-    for (int ks = 0; ks < kKSteps; ++ks)
-      ldmatrix_x4(q_frag[ks], q_warp + ks * 16);
-  }
 
   float o[kNTilesO][4];
   for (int j = 0; j < kNTilesO; ++j)
@@ -163,7 +160,10 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   __shared__ int tile_list[kDecodeThreads];
   __shared__ int warp_counts[kWarps];
 
-  DecodeTileLoader<kHeadDim, kPageSize> loader(k_cache, v_cache, k_head_offset, v_head_offset);
+  Loader loader(k_cache, v_cache, k_head_offset, v_head_offset);
+  // This lane's ldmatrix rows in a K tile (B operand) and a V tile (transposed), at chunk 0 or 1.
+  const u32 k_lane_bytes = Layout::bytes(warp * 16 + lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  const u32 v_lane_bytes = Layout::bytes(warp * 16 + lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
   const auto load_tile = [&](int entry, int stage) {
     unsigned short* k_tile = stages + stage * 2 * kTileElems;
     loader.load(args, k_tile, k_tile + kTileElems, block_row, (entry >> 2) * kDecodeBlockN, kv_end);
@@ -218,16 +218,16 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       const TileClass tile_class = static_cast<TileClass>(entry & 3);
       const unsigned short* k_tile = stages + (i % kStages) * 2 * kTileElems;
       const unsigned short* v_tile = k_tile + kTileElems;
+      const u32 k_lane = smem_address(k_tile) + k_lane_bytes;
+      const u32 v_lane = smem_address(v_tile) + v_lane_bytes;
 
       // S = Q K^T for the 16 rows and this warp's 16 keys.
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
       for (int ks = 0; ks < kKSteps; ++ks) {
-        u32 q_smem_frag[4];
-        if constexpr (!kQInRegisters) ldmatrix_x4(q_smem_frag, q_warp + ks * 16);
-        const u32(&a)[4] = kQInRegisters ? q_frag[kQInRegisters ? ks : 0] : q_smem_frag;
+        u32 a[4];
+        ldmatrix_x4(a, q_warp + ks * 16);
         u32 b[4];
-        ldmatrix_x4(b, k_tile + (warp * 16 + lane % 8 + (lane / 16) * 8) * kRow + ks * 16 +
-                           ((lane / 8) % 2) * 8);
+        ldmatrix_x4(b, Layout::pair_address(k_lane, ks));
         mma_16816<kBF16>(s[0], a, b[0], b[1]);
         mma_16816<kBF16>(s[1], a, b[2], b[3]);
       }
@@ -264,8 +264,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       p_frag[3] = pack_2x16<kBF16>(s[1][2], s[1][3]);
       for (int dp = 0; dp < kNTilesO / 2; ++dp) {
         u32 b[4];
-        ldmatrix_x4_trans(b, v_tile + (warp * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kRow +
-                                 dp * 16 + (lane / 16) * 8);
+        ldmatrix_x4_trans(b, Layout::pair_address(v_lane, dp));
         mma_16816<kBF16>(o[2 * dp], p_frag, b[0], b[1]);
         mma_16816<kBF16>(o[2 * dp + 1], p_frag, b[2], b[3]);
       }
@@ -390,11 +389,14 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
 __device__ void paged_decode(const PagedDecodeArgs& args) {
   extern __shared__ __align__(16) unsigned char fj_decode_smem[];
+  // Tiles start on a 128-byte line (paged_decode_smem_bytes has room for the shift).
+  const u32 raw = smem_address(fj_decode_smem);
+  unsigned char* const smem = fj_decode_smem + (((raw + 127u) & ~127u) - raw);
   const int count = args.work_counts->decode;
   for (int i = blockIdx.x; i < count; i += gridDim.x) {
     const DecodeWorkItem item = args.work_items[i];
     __syncthreads();  // every warp is done with the previous item's shared memory
-    decode_item<Variant, kHeadDim, kBF16, kPageSize>(args, item, fj_decode_smem);
+    decode_item<Variant, kHeadDim, kBF16, kPageSize>(args, item, smem);
   }
 }
 

@@ -279,6 +279,31 @@ struct PaddedRows {
   static __device__ __forceinline__ u32 bytes(int row, int chunk) {
     return static_cast<u32>(offset(row, chunk)) * 2u;
   }
+  // The shared address of chunk 2 * j + h of a row, from `first` = the tile's address plus
+  // bytes(row, h), h = 0 or 1 (what an ldmatrix lane reads at k16 step j).
+  static __device__ __forceinline__ u32 pair_address(u32 first, int j) { return first + j * 32u; }
+};
+
+// The 128-byte-swizzled layout of a tile of kRows rows (the wgmma operand layout, fj_wgmma.cuh):
+// 64-column chunks of kRows * 128 bytes; in a chunk, row r at r * 128 with its eight 16-byte units
+// permuted by unit ^ (r % 8). Unpadded: a 128-byte piece of a row is one aligned line of shared
+// memory, so a warp's 16-byte copies of whole rows write whole lines (a padded row spans three,
+// and the copies then read some global sectors twice). The permutation keeps ldmatrix's eight row
+// addresses in different banks. Tiles start on a 128-byte boundary (1024 for wgmma operands).
+template <int kRows>
+struct Swizzled128Rows {
+  static __device__ __forceinline__ u32 bytes(int row, int chunk) {
+    return static_cast<u32>((chunk / 8) * kRows * 128 + row * 128 +
+                            (((chunk % 8) ^ (row % 8)) * 16));
+  }
+  static __device__ __forceinline__ int offset(int row, int chunk) {
+    return static_cast<int>(bytes(row, chunk) / 2);
+  }
+  // As PaddedRows::pair_address: the units' permutation is an XOR of bits 4-6, so step j's part
+  // is a constant (the tile on a 128-byte boundary).
+  static __device__ __forceinline__ u32 pair_address(u32 first, int j) {
+    return (first + static_cast<u32>((j / 4) * kRows * 128)) ^ static_cast<u32>((j % 4) * 32);
+  }
 };
 
 // One thread's share of copying K/V tiles of kRows keys into shared memory laid out by Layout

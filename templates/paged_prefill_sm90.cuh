@@ -20,17 +20,6 @@
 
 namespace fj {
 
-// Element and byte offsets of the swizzled layout (fj_wgmma.cuh) of a tile of kRows rows.
-template <int kRows>
-struct Swizzled128Rows {
-  static __device__ __forceinline__ u32 bytes(int row, int chunk) {
-    return sw128_offset<kRows>(row, chunk);
-  }
-  static __device__ __forceinline__ int offset(int row, int chunk) {
-    return static_cast<int>(bytes(row, chunk) / 2);
-  }
-};
-
 // What the roles share, at namespace scope (a static __shared__ array in the block function
 // would exist once per role's instantiation; the translation unit holds this one kernel).
 // Stage s of the K/V ring is full when mbarrier s completes a phase (the producer's copies
