@@ -144,9 +144,9 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
 
   // Q's fragments are read from shared memory at each tile: the few ldmatrix cost nothing in a
   // kernel bound by the K/V reads, and registers held for Q would leave less for the copies.
+  // Q's copies are the oldest cp.async group, so the wait for the first K/V tile covers them:
+  // their latency overlaps the listing and the first tiles' copies.
   const unsigned short* q_warp = q_tile + (lane % 16) * kRow + (lane / 16) * 8;
-  cp_async_wait<0>();
-  __syncthreads();
 
   float o[kNTilesO][4];
   for (int j = 0; j < kNTilesO; ++j)
@@ -271,6 +271,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
     }
     cp_async_wait<0>();  // only empty groups can be left; keeps the count simple per batch
   }
+  cp_async_wait<0>();  // Q's copies, where no tile was listed
 
   // Combine the four warps' states through shared memory (the stages are free now).
   __syncthreads();
