@@ -447,7 +447,7 @@ def make_sdpa(inputs, backend, copies):
 
 # --- one workload --------------------------------------------------------------------------------
 
-def run_workload(w, ctx, program, l2_bytes, quick):
+def run_workload(w, ctx, program, l2_bytes, quick, settle):
     log(f"{w.name}: building inputs")
     inputs = Inputs(w)
     pairs = W.visible_pairs(w)
@@ -480,6 +480,11 @@ def run_workload(w, ctx, program, l2_bytes, quick):
             outputs[impl] = tokens_of(out).clone()
             if torch.isnan(outputs[impl]).any().item():
                 extra["note"] = (extra.get("note", "") + " NaN in output").strip()
+            # Every implementation starts its timed runs from an idle GPU: otherwise one timed
+            # right after another (flexjit's second page size) runs at the clocks its
+            # predecessor's power draw left, and one timed after a long compile does not.
+            torch.cuda.synchronize()
+            time.sleep(settle)
             row["ms"], row["runs"] = gpu_time_ms(fn, copies, quick)
             row["tflops"] = flop / row["ms"] / 1e9
             row["gbps"] = nbytes / row["ms"] / 1e6
@@ -546,6 +551,9 @@ def main(argv=None):
     parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     parser.add_argument("--report", metavar="PATH",
                         help="write this run's table alone to PATH (overwritten)")
+    parser.add_argument("--settle", type=float, default=None, metavar="SECONDS",
+                        help="idle time before each implementation's timed runs "
+                             "(default 1, 0 with --quick)")
     parser.add_argument("--masks", default=str(REPO / "dsl" / "lib" / "standard.mask"),
                         help="mask file flexjit compiles (default: dsl/lib/standard.mask)")
     args = parser.parse_args(argv)
@@ -557,6 +565,7 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print("bench.py needs a CUDA GPU", file=sys.stderr)
         return 2
+    settle = args.settle if args.settle is not None else (0.0 if args.quick else 1.0)
     raise_dynamo_limits()
     started = time.perf_counter()
     props = torch.cuda.get_device_properties(0)
@@ -579,7 +588,7 @@ def main(argv=None):
     rows, metadata_rows = [], []
     for w in chosen:
         try:
-            results, meta_row = run_workload(w, ctx, program, l2_bytes, args.quick)
+            results, meta_row = run_workload(w, ctx, program, l2_bytes, args.quick, settle)
         except Exception as error:
             traceback.print_exc()
             results = [{"workload": w.name, "impl": "all", "ms": None,
