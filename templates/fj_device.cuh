@@ -45,18 +45,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem)));
-}
-// The same at a shared-state-space address.
 __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -66,6 +54,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
+}
+// The same from a generic pointer into shared memory.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* smem) {
+  ldmatrix_x4(r, smem_address(smem));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* smem) {
+  ldmatrix_x4_trans(r, smem_address(smem));
 }
 
 // c += a * b for one m16n8k16 tile.
