@@ -136,7 +136,8 @@ enum SummaryAxis : i32 {
   kSummaryRows = 1,  // the position is the row index (a 1-D array, or `[kv, x]`)
   kSummaryCols = 2,  // the position is the column index (`[b, kv]`)
 };
-constexpr i32 kSummaryFanout = 16;
+constexpr i32 kSummaryFanoutBits = 4;
+constexpr i32 kSummaryFanout = 1 << kSummaryFanoutBits;
 
 // Positions along the summarised axis, and lines across it.
 FJ_HD i32 summary_length(const ArrayParam& a) {
@@ -145,21 +146,27 @@ FJ_HD i32 summary_length(const ArrayParam& a) {
 FJ_HD i32 summary_lines(const ArrayParam& a) {
   return a.summary_axis == kSummaryRows ? a.cols : a.rows;
 }
-// Pairs at level `level` (>= 1) of a line of `length` elements.
+// Pairs at level `level` (>= 1) of a line of `length` elements (0 <= length < 2^62): a pair
+// summarises kSummaryFanout^level elements, so it is length / kSummaryFanout^level rounded up
+// (rounding up at each level gives the same).
 FJ_HD i64 summary_level_pairs(i64 length, int level) {
-  i64 count = length;
-  for (int l = 0; l < level; ++l)
-    count = (count + kSummaryFanout - 1) / kSummaryFanout;
-  return count;
+  const int shift = kSummaryFanoutBits * level;
+  if (shift >= 62) return length > 0 ? 1 : 0;
+  return (length + ((i64)1 << shift) - 1) >> shift;
 }
-// Levels of a line: up to the first with a single pair (none for an empty line).
+// Levels of a line: up to the first with a single pair (none for an empty line), i.e. the
+// base-kSummaryFanout digits of length - 1, at least one.
 FJ_HD int summary_levels(i64 length) {
-  int levels = 0;
-  for (i64 count = length; count > 1 || (levels == 0 && count == 1);) {
-    count = (count + kSummaryFanout - 1) / kSummaryFanout;
-    ++levels;
-  }
-  return levels;
+  if (length <= 0) return 0;
+  int bits = 0;  // bit width of length - 1
+#if defined(__CUDA_ARCH__)
+  bits = 64 - __clzll(length - 1);
+#else
+  for (i64 rest = length - 1; rest != 0; rest >>= 1)
+    ++bits;
+#endif
+  const int levels = (bits + kSummaryFanoutBits - 1) / kSummaryFanoutBits;
+  return levels > 0 ? levels : 1;
 }
 // Pairs before level `level` within a line; summary_level_offset(length, levels + 1) is the
 // pairs of the whole line.
@@ -219,43 +226,48 @@ FJ_HD KeyRange summary_range(const ArrayParam& a, bool is_float, i64 line, i64 l
   hi = hi >= length ? length - 1 : hi;
   if (line < 0 || line >= summary_lines(a) || lo > hi) return keys;
 
+  // From here 0 <= first <= last < length <= INT32_MAX: 32-bit positions, and divisions by the
+  // fanout are shifts (this runs once per tile in the kernels' listing, on its critical path).
+  constexpr i32 kMask = kSummaryFanout - 1;
+  i32 first = static_cast<i32>(lo);
+  i32 last = static_cast<i32>(hi);
   // Each step below takes a counted run of positions or entries, so that a GPU thread's loads
   // of a run are in flight together (a loop whose exit depends on the position's remainder
   // issues one load at a time).
-  // The head of [lo, hi] up to the first block boundary, and the tail back to the last one
-  // (unless the tail is the line's short last block, which level 1 summarises).
-  if (lo % kSummaryFanout != 0) {
-    const i64 boundary = lo - lo % kSummaryFanout + kSummaryFanout - 1;
-    const i64 last = hi < boundary ? hi : boundary;
+  // The head of [first, last] up to the first block boundary, and the tail back to the last
+  // one (unless the tail is the line's short last block, which level 1 summarises).
+  if ((first & kMask) != 0) {
+    const i32 boundary = first | kMask;
+    const i32 end = last < boundary ? last : boundary;
 #pragma unroll 2
-    for (i64 position = lo; position <= last; ++position) {
+    for (i32 position = first; position <= end; ++position) {
       const i32 key = summary_element_key(a, is_float, (i32)line, position);
       take(key, key);
     }
-    lo = last + 1;
+    first = end + 1;
   }
-  if (hi >= lo && (hi + 1) % kSummaryFanout != 0 && hi != length - 1) {
-    const i64 boundary = hi - hi % kSummaryFanout;
-    const i64 first = lo > boundary ? lo : boundary;
+  if (last >= first && (last & kMask) != kMask && last != length - 1) {
+    const i32 boundary = last & ~kMask;
+    const i32 begin = first > boundary ? first : boundary;
 #pragma unroll 2
-    for (i64 position = first; position <= hi; ++position) {
+    for (i32 position = begin; position <= last; ++position) {
       const i32 key = summary_element_key(a, is_float, (i32)line, position);
       take(key, key);
     }
-    hi = first - 1;
+    last = begin - 1;
   }
-  if (lo > hi) return keys;
-  // [lo, hi] is now whole blocks of level 1 (the last may be the line's short tail).
+  if (first > last) return keys;
+  // [first, last] is now whole blocks of level 1 (the last may be the line's short tail).
+  // Levels follow each other in the line: level l + 1 starts where level l's `count` pairs end.
   const int levels = summary_levels(length);
-  const i32* pairs = a.summary + 2 * line * summary_line_pairs(length);
-  lo /= kSummaryFanout;
-  hi /= kSummaryFanout;
-  for (int level = 1; level <= levels && lo <= hi; ++level) {
-    const i64 count = summary_level_pairs(length, level);
-    const i32* entries = pairs + 2 * summary_level_offset(length, level);
-    const auto take_entries = [&](i64 first, i64 last) {
+  const i32* entries = a.summary + 2 * line * summary_line_pairs(length);
+  i32 count = static_cast<i32>(summary_level_pairs(length, 1));
+  first >>= kSummaryFanoutBits;
+  last >>= kSummaryFanoutBits;
+  for (int level = 1; level <= levels && first <= last; ++level) {
+    const auto take_entries = [&](i32 from, i32 to) {
 #pragma unroll 2
-      for (i64 i = first; i <= last; ++i) {
+      for (i32 i = from; i <= to; ++i) {
 #if defined(__CUDA_ARCH__)
         take(__ldg(entries + 2 * i), __ldg(entries + 2 * i + 1));
 #else
@@ -266,24 +278,26 @@ FJ_HD KeyRange summary_range(const ArrayParam& a, bool is_float, i64 line, i64 l
     // The top level takes what is left; below it, the entries up to the first boundary of the
     // level above and back from the last one (unless the last is the level's short tail).
     if (level == levels) {
-      take_entries(lo, hi);
+      take_entries(first, last);
       break;
     }
-    if (lo % kSummaryFanout != 0) {
-      const i64 boundary = lo - lo % kSummaryFanout + kSummaryFanout - 1;
-      const i64 last = hi < boundary ? hi : boundary;
-      take_entries(lo, last);
-      lo = last + 1;
+    if ((first & kMask) != 0) {
+      const i32 boundary = first | kMask;
+      const i32 end = last < boundary ? last : boundary;
+      take_entries(first, end);
+      first = end + 1;
     }
-    if (hi >= lo && (hi + 1) % kSummaryFanout != 0 && hi != count - 1) {
-      const i64 boundary = hi - hi % kSummaryFanout;
-      const i64 first = lo > boundary ? lo : boundary;
-      take_entries(first, hi);
-      hi = first - 1;
+    if (last >= first && (last & kMask) != kMask && last != count - 1) {
+      const i32 boundary = last & ~kMask;
+      const i32 begin = first > boundary ? first : boundary;
+      take_entries(begin, last);
+      last = begin - 1;
     }
-    if (lo > hi) break;
-    lo /= kSummaryFanout;
-    hi /= kSummaryFanout;
+    if (first > last) break;
+    first >>= kSummaryFanoutBits;
+    last >>= kSummaryFanoutBits;
+    entries += 2 * count;
+    count = (count + kMask) >> kSummaryFanoutBits;
   }
   return keys;
 }
