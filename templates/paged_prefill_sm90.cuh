@@ -58,6 +58,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q·K^T
   constexpr int kOChunks = kHeadDim / 64;             // 64-column accumulators of O
   constexpr int kKeyBatch = kHeadDim <= 128 && kBlockN == 64 ? 4 : 1;  // score_and_mask's
+  constexpr bool kPrefetchKeys = kKeyBatch > 1;  // its first batch during the MMAs
 
   extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
   // The swizzle pattern repeats every 1024 bytes: tiles start on such a boundary.
@@ -83,10 +84,15 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       kPageSize == 0 ? nullptr
                      : args.block_table + static_cast<i64>(request) * args.block_table_stride;
 
-  // Q, by every thread; visible to the consumers' wgmma after the listing's barriers.
+  // Q, by every thread; visible to the consumers' wgmma after the listing's barriers. Up to
+  // head dim 128 its copies land while the first listing round classifies (before its first
+  // barrier); at 256 before the listing (ptxas spills otherwise).
+  constexpr bool kQDuringListing = kHeadDim <= 128;
   load_q_rows<kHeadDim, kBlockM, kWgmmaThreads, Swizzled128Rows<kBlockM>>(q_tile, args, block);
-  cp_async_wait_all();
-  fence_proxy_async_shared();
+  if constexpr (!kQDuringListing) {
+    cp_async_wait_all();
+    fence_proxy_async_shared();
+  }
 
   // Only the tiles of the keys the mask's kv range admits are visited (DESIGN.md §4); inside
   // it, classify() drops Empty tiles from the list.
@@ -130,6 +136,10 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         const int own_k0 = own * kBlockN;
         own_class = classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi,
                                        own_k0, min(own_k0 + kBlockN, kv_end));
+      }
+      if (kQDuringListing && next == first_tile) {
+        cp_async_wait_all();
+        fence_proxy_async_shared();
       }
       const bool keep = own_class != TileClass::Empty;
       const unsigned kept = __ballot_sync(0xffffffffu, keep);
@@ -244,10 +254,18 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         float s[kSAccumulators][32];
         wgmma_fence();
         issue_s(s, stage);
+        // With batched key terms, the first batch loads while the MMAs run (for every tile: a
+        // branch between the MMAs and their wait makes ptxas serialize the wgmma); only tiles
+        // that check elements use them. (At head dim 256 ptxas would spill.)
+        const int key0 = k0 + quad_col * 2;
+        const bool check_elements = tile_class == TileClass::Partial || k0 + kBlockN > kv_end;
+        FirstMaskKeys<Variant, key_batch(kBlockN / 8, kKeyBatch)> first_keys;
         if (i > 0) {
           issue_pv(p_prev, previous);
+          if constexpr (kPrefetchKeys) first_keys.load(variant, args.params, rows.b, key0, kv_end);
           wgmma_wait<1>();
         } else {
+          if constexpr (kPrefetchKeys) first_keys.load(variant, args.params, rows.b, key0, kv_end);
           wgmma_wait<0>();
         }
         for (int a = 0; a < kSAccumulators; ++a)
@@ -260,10 +278,9 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         // Full tiles inside the sequence skip the per-element mask (a separate, uniform path).
         // Key terms load four n8 tiles at a time where the registers allow (not at head dim
         // 256, nor with 128-key tiles: ptxas spills).
-        const int key0 = k0 + quad_col * 2;
-        if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
-          score_and_mask<kBlockN / 8, kKeyBatch>(variant, args.params, args.scale, rows, key0,
-                                                 kv_end, true, s, tile_max);
+        if (check_elements) {
+          score_and_mask<kBlockN / 8, kKeyBatch, kPrefetchKeys>(
+              variant, args.params, args.scale, rows, key0, kv_end, true, s, tile_max, first_keys);
         } else {
           score_and_mask<kBlockN / 8, kKeyBatch>(variant, args.params, args.scale, rows, key0,
                                                  kv_end, false, s, tile_max);
@@ -309,6 +326,11 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
     }
     pipe.tiles += listed;
     cta_barrier();  // every role is done with the list before it is refilled
+  }
+  if (kQDuringListing && first_tile >= end_tile) {
+    // No listing waited for Q: its copies land before the epilogue reuses the tile.
+    cp_async_wait_all();
+    cta_barrier();
   }
   if constexpr (!kProducer) {
     // Normalise and write. Each quad holds a full row; the row sum is reduced across it.
