@@ -682,7 +682,9 @@ __device__ __forceinline__ void run_prefill_work(const PagedPrefillArgs& args, c
   for (int i = planned ? static_cast<int>(blockIdx.x) : 0; i < count; i += step) {
     int request = static_cast<int>(blockIdx.y);
     int kv_head = static_cast<int>(blockIdx.z);
-    int row0 = static_cast<int>(blockIdx.x) * kBlockM;
+    // Direct launches take a request's blocks last first: under a causal mask the blocks
+    // that see the most keys start first, and short ones fill the last wave.
+    int row0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * kBlockM;
     if (planned) {
       const PrefillWorkItem item = args.work_items[i];
       request = item.request;
