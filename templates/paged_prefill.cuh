@@ -170,50 +170,22 @@ __device__ __forceinline__ float exp2_factor(float scale) {
   return fold_scale<Variant>(scale) ? scale * kLog2e : kLog2e;
 }
 
-// n8 tiles of S whose key terms score_and_mask loads together.
-FJ_HD constexpr int key_batch(int tiles, int key_batch) {
-  return key_batch < tiles ? key_batch : tiles;
-}
-
-// The mask's request terms and the key terms of a thread's first batch of keys (key0 + 8 j + c,
-// n8 tiles j < kBatch, c = 0, 1), loaded ahead of score_and_mask (before the wait for S), so
-// that their loads overlap the MMAs. Keys past the sequence take the last key's terms.
-template <class Variant, int kBatch>
-struct FirstMaskKeys {
-  typename Variant::MaskRequestTerms request;
-  typename Variant::MaskKeyTerms keys[kBatch][2];
-
-  __device__ __forceinline__ void load(const Variant& variant, const MaskParams& params, int b,
-                                       int key0, int kv_end) {
-    request = variant.mask_request_terms(params, b);
-    for (int t = 0; t < kBatch; ++t) {
-      for (int c = 0; c < 2; ++c)
-        keys[t][c] = variant.mask_key_terms(params, b, min(key0 + t * 8 + c, kv_end - 1), request);
-    }
-  }
-};
-
-template <bool kFoldScale, int kTiles, int kKeyBatch, bool kFirstLoaded, class Variant,
-          class Scores>
-__device__ __forceinline__ void score_and_mask_impl(
-    const Variant& variant, const MaskParams& params, float scale, const ThreadRows<Variant>& rows,
-    int key0, int kv_end, bool check_elements,
-    const FirstMaskKeys<Variant, key_batch(kTiles, kKeyBatch)>& first, Scores& s,
-    float (&tile_max)[2]) {
-  constexpr int kBatch = key_batch(kTiles, kKeyBatch);
-  static_assert(kTiles % kBatch == 0, "whole batches of n8 tiles");
+template <bool kFoldScale, int kTiles, int kKeyBatch, class Variant, class Scores>
+__device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
+                                                    const MaskParams& params, float scale,
+                                                    const ThreadRows<Variant>& rows, int key0,
+                                                    int kv_end, bool check_elements, Scores& s,
+                                                    float (&tile_max)[2]) {
   typename Variant::MaskRequestTerms mask_request{};
   typename Variant::ScoreRequestTerms score_request{};
   if constexpr (Variant::kHasScore) score_request = variant.score_request_terms(params, rows.b);
-  if constexpr (kFirstLoaded) {
-    mask_request = first.request;
-  } else if (check_elements) {
-    mask_request = variant.mask_request_terms(params, rows.b);
-  }
+  if (check_elements) mask_request = variant.mask_request_terms(params, rows.b);
   // Tiles go kBatch at a time: the key terms of a batch's keys first, so that their loads are
   // in flight together. Keys past the sequence take the last key's terms (their elements are
   // masked regardless, and the tile is only visited when kv_end > 0): no branch separates the
   // loads.
+  constexpr int kBatch = kKeyBatch < kTiles ? kKeyBatch : kTiles;
+  static_assert(kTiles % kBatch == 0, "whole batches of n8 tiles");
   for (int j0 = 0; j0 < kTiles; j0 += kBatch) {
     typename Variant::MaskKeyTerms mask_key[kBatch][2] = {};
     typename Variant::ScoreKeyTerms score_key[kBatch][2] = {};
@@ -221,11 +193,8 @@ __device__ __forceinline__ void score_and_mask_impl(
       for (int c = 0; c < 2; ++c) {
         const int kv = min(key0 + (j0 + b) * 8 + c, kv_end - 1);
         score_key[b][c] = variant.score_key_terms(params, rows.b, kv, score_request);
-        if (kFirstLoaded && j0 == 0) {
-          mask_key[b][c] = first.keys[b][c];
-        } else if (check_elements) {
+        if (check_elements)
           mask_key[b][c] = variant.mask_key_terms(params, rows.b, kv, mask_request);
-        }
       }
     }
     for (int b = 0; b < kBatch; ++b) {
@@ -259,19 +228,18 @@ __device__ __forceinline__ void score_and_mask_impl(
 // the scaled values in tile_max. With fold_scale S is left unscaled (exp2_factor says how to
 // read it). Element e of tile j is row e / 2 and key key0 + 8 j + e % 2 (key0 holds the
 // thread's quad column). Key terms are computed once per key, kKeyBatch n8 tiles' keys at a
-// time; keys past the sequence reuse the last key's terms and are masked. With kFirstLoaded
-// (and check_elements) the first batch's mask terms come from `first`.
-template <int kTiles, int kKeyBatch = 1, bool kFirstLoaded = false, class Variant, class Scores>
-__device__ __forceinline__ void score_and_mask(
-    const Variant& variant, const MaskParams& params, float scale, const ThreadRows<Variant>& rows,
-    int key0, int kv_end, bool check_elements, Scores& s, float (&tile_max)[2],
-    const FirstMaskKeys<Variant, key_batch(kTiles, kKeyBatch)>& first = {}) {
+// time; keys past the sequence reuse the last key's terms and are masked.
+template <int kTiles, int kKeyBatch = 1, class Variant, class Scores>
+__device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
+                                               float scale, const ThreadRows<Variant>& rows,
+                                               int key0, int kv_end, bool check_elements, Scores& s,
+                                               float (&tile_max)[2]) {
   if (fold_scale<Variant>(scale)) {
-    score_and_mask_impl<true, kTiles, kKeyBatch, kFirstLoaded>(
-        variant, params, scale, rows, key0, kv_end, check_elements, first, s, tile_max);
+    score_and_mask_impl<true, kTiles, kKeyBatch>(variant, params, scale, rows, key0, kv_end,
+                                                 check_elements, s, tile_max);
   } else {
-    score_and_mask_impl<false, kTiles, kKeyBatch, kFirstLoaded>(
-        variant, params, scale, rows, key0, kv_end, check_elements, first, s, tile_max);
+    score_and_mask_impl<false, kTiles, kKeyBatch>(variant, params, scale, rows, key0, kv_end,
+                                                  check_elements, s, tile_max);
   }
 }
 

@@ -58,7 +58,6 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q·K^T
   constexpr int kOChunks = kHeadDim / 64;             // 64-column accumulators of O
   constexpr int kKeyBatch = kHeadDim <= 128 && kBlockN == 64 ? 4 : 1;  // score_and_mask's
-  constexpr bool kPrefetchKeys = kKeyBatch > 1;  // its first batch during the MMAs
 
   extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
   // The swizzle pattern repeats every 1024 bytes: tiles start on such a boundary.
@@ -254,18 +253,10 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         float s[kSAccumulators][32];
         wgmma_fence();
         issue_s(s, stage);
-        // With batched key terms, the first batch loads while the MMAs run (for every tile: a
-        // branch between the MMAs and their wait makes ptxas serialize the wgmma); only tiles
-        // that check elements use them. (At head dim 256 ptxas would spill.)
-        const int key0 = k0 + quad_col * 2;
-        const bool check_elements = tile_class == TileClass::Partial || k0 + kBlockN > kv_end;
-        FirstMaskKeys<Variant, key_batch(kBlockN / 8, kKeyBatch)> first_keys;
         if (i > 0) {
           issue_pv(p_prev, previous);
-          if constexpr (kPrefetchKeys) first_keys.load(variant, args.params, rows.b, key0, kv_end);
           wgmma_wait<1>();
         } else {
-          if constexpr (kPrefetchKeys) first_keys.load(variant, args.params, rows.b, key0, kv_end);
           wgmma_wait<0>();
         }
         for (int a = 0; a < kSAccumulators; ++a)
@@ -278,9 +269,10 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         // Full tiles inside the sequence skip the per-element mask (a separate, uniform path).
         // Key terms load four n8 tiles at a time where the registers allow (not at head dim
         // 256, nor with 128-key tiles: ptxas spills).
-        if (check_elements) {
-          score_and_mask<kBlockN / 8, kKeyBatch, kPrefetchKeys>(
-              variant, args.params, args.scale, rows, key0, kv_end, true, s, tile_max, first_keys);
+        const int key0 = k0 + quad_col * 2;
+        if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
+          score_and_mask<kBlockN / 8, kKeyBatch>(variant, args.params, args.scale, rows, key0,
+                                                 kv_end, true, s, tile_max);
         } else {
           score_and_mask<kBlockN / 8, kKeyBatch>(variant, args.params, args.scale, rows, key0,
                                                  kv_end, false, s, tile_max);
