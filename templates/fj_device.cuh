@@ -9,6 +9,13 @@ namespace fj {
 __device__ __forceinline__ u32 smem_address(const void* pointer) {
   return static_cast<u32>(__cvta_generic_to_shared(pointer));
 }
+// Bytes from `base` up to the next multiple of kAlignment in the shared address space (dynamic
+// shared memory starts only 16-byte aligned; the caller sizes it with room for the shift).
+template <u32 kAlignment>
+__device__ __forceinline__ u32 shared_align_shift(const void* base) {
+  const u32 raw = smem_address(base);
+  return ((raw + kAlignment - 1u) & ~(kAlignment - 1u)) - raw;
+}
 
 // 16-byte asynchronous copy global -> shared address `smem`; when `valid` is false the
 // destination is zeroed and nothing is read.

@@ -391,8 +391,7 @@ template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
 __device__ void paged_decode(const PagedDecodeArgs& args) {
   extern __shared__ __align__(16) unsigned char fj_decode_smem[];
   // Tiles start on a 128-byte line (paged_decode_smem_bytes has room for the shift).
-  const u32 raw = smem_address(fj_decode_smem);
-  unsigned char* const smem = fj_decode_smem + (((raw + 127u) & ~127u) - raw);
+  unsigned char* const smem = fj_decode_smem + shared_align_shift<128>(fj_decode_smem);
   const int count = args.work_counts->decode;
   for (int i = blockIdx.x; i < count; i += gridDim.x) {
     const DecodeWorkItem item = args.work_items[i];

@@ -61,8 +61,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
 
   extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
   // The swizzle pattern repeats every 1024 bytes: tiles start on such a boundary.
-  const u32 raw = smem_address(fj_prefill_smem);
-  unsigned char* const smem = fj_prefill_smem + (((raw + 1023u) & ~1023u) - raw);
+  unsigned char* const smem = fj_prefill_smem + shared_align_shift<1024>(fj_prefill_smem);
   unsigned short* const q_tile = reinterpret_cast<unsigned short*>(smem);
   // Stage s: K at kv_stages + s * 2 * kTileBytes, V kTileBytes after it.
   const u32 stages_address = smem_address(smem + kQBytes);
