@@ -170,11 +170,20 @@ __device__ __forceinline__ float exp2_factor(float scale) {
   return fold_scale<Variant>(scale) ? scale * kLog2e : kLog2e;
 }
 
-template <bool kFoldScale, int kTiles, int kKeyBatch, class Variant, class Scores>
+// The key terms of the mask and the score hooks for one key, as a producer stages them in
+// shared memory where they read arrays (Variant::kKeyTermsLoad: the Hopper kernel).
+template <class Variant>
+struct KeyTerms {
+  typename Variant::MaskKeyTerms mask;
+  typename Variant::ScoreKeyTerms score;
+};
+
+template <bool kFoldScale, int kTiles, int kKeyBatch, bool kStaged, class Variant, class Scores>
 __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
                                                     const MaskParams& params, float scale,
                                                     const ThreadRows<Variant>& rows, int key0,
-                                                    int kv_end, bool check_elements, Scores& s,
+                                                    int kv_end, bool check_elements,
+                                                    const KeyTerms<Variant>* staged, Scores& s,
                                                     float (&tile_max)[2]) {
   typename Variant::MaskRequestTerms mask_request{};
   typename Variant::ScoreRequestTerms score_request{};
@@ -191,10 +200,16 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
     typename Variant::ScoreKeyTerms score_key[kBatch][2] = {};
     for (int b = 0; b < kBatch; ++b) {
       for (int c = 0; c < 2; ++c) {
-        const int kv = min(key0 + (j0 + b) * 8 + c, kv_end - 1);
-        score_key[b][c] = variant.score_key_terms(params, rows.b, kv, score_request);
-        if (check_elements)
-          mask_key[b][c] = variant.mask_key_terms(params, rows.b, kv, mask_request);
+        if constexpr (kStaged) {
+          const KeyTerms<Variant>& terms = staged[(j0 + b) * 8 + c];
+          score_key[b][c] = terms.score;
+          if (check_elements) mask_key[b][c] = terms.mask;
+        } else {
+          const int kv = min(key0 + (j0 + b) * 8 + c, kv_end - 1);
+          score_key[b][c] = variant.score_key_terms(params, rows.b, kv, score_request);
+          if (check_elements)
+            mask_key[b][c] = variant.mask_key_terms(params, rows.b, kv, mask_request);
+        }
       }
     }
     for (int b = 0; b < kBatch; ++b) {
@@ -228,18 +243,21 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
 // the scaled values in tile_max. With fold_scale S is left unscaled (exp2_factor says how to
 // read it). Element e of tile j is row e / 2 and key key0 + 8 j + e % 2 (key0 holds the
 // thread's quad column). Key terms are computed once per key, kKeyBatch n8 tiles' keys at a
-// time; keys past the sequence reuse the last key's terms and are masked.
-template <int kTiles, int kKeyBatch = 1, class Variant, class Scores>
+// time; keys past the sequence reuse the last key's terms and are masked. With kStaged they are
+// read instead from `staged`, whose element 8 j + c holds key key0 + 8 j + c's (shared memory
+// that a producer filled; past the sequence, the last key's terms).
+template <int kTiles, int kKeyBatch = 1, bool kStaged = false, class Variant, class Scores>
 __device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
                                                float scale, const ThreadRows<Variant>& rows,
                                                int key0, int kv_end, bool check_elements, Scores& s,
-                                               float (&tile_max)[2]) {
+                                               float (&tile_max)[2],
+                                               const KeyTerms<Variant>* staged = nullptr) {
   if (fold_scale<Variant>(scale)) {
-    score_and_mask_impl<true, kTiles, kKeyBatch>(variant, params, scale, rows, key0, kv_end,
-                                                 check_elements, s, tile_max);
+    score_and_mask_impl<true, kTiles, kKeyBatch, kStaged>(
+        variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max);
   } else {
-    score_and_mask_impl<false, kTiles, kKeyBatch>(variant, params, scale, rows, key0, kv_end,
-                                                  check_elements, s, tile_max);
+    score_and_mask_impl<false, kTiles, kKeyBatch, kStaged>(
+        variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max);
   }
 }
 

@@ -10,7 +10,8 @@
 //   (cp.async) into a ring of wgmma_stages() K/V stages; an mbarrier per stage says when a stage
 //   is full (the producer arrives once its copies have landed) and another when both
 //   consumers are done with it. The consumers never wait for each other, so one's softmax runs
-//   beside the other's MMAs.
+//   beside the other's MMAs. Key terms that read arrays (doc[b, kv]) go through the ring too:
+//   the producer loads them and stores them beside the stage (wgmma_key_term_slots).
 // - Each consumer also overlaps its own work: S_i = Q K_i^T runs on the tensor cores with
 //   O += P_{i-1} V_{i-1}, and the softmax of S_i with the latter.
 #pragma once
@@ -41,10 +42,21 @@ struct KvPipeline {
   }
 };
 
+// Where the key terms read arrays (Variant::kKeyTermsLoad: doc[b, kv]) the producer stages each
+// tile's in shared memory beside its K/V stage, so that a consumer's Partial tile reads them
+// there instead of waiting on global loads between its S and its softmax: one slot per key of
+// each stage, else one unused slot.
+template <class Variant, int kHeadDim>
+FJ_HD constexpr int wgmma_key_term_slots() {
+  return Variant::kKeyTermsLoad
+             ? wgmma_stages(kHeadDim) * wgmma_block_n(kHeadDim, Variant::kElementOperations)
+             : 1;
+}
+
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kProducer>
 __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args, const int request,
                                                    const int kv_head, const int row0,
-                                                   KvPipeline& pipe) {
+                                                   KvPipeline& pipe, KeyTerms<Variant>* key_terms) {
   static_assert(kHeadDim % 64 == 0, "the wgmma kernel takes head dims in 64-column chunks");
   static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16 (0: contiguous)");
   constexpr int kBlockM = kWgmmaBlockM;
@@ -58,6 +70,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q·K^T
   constexpr int kOChunks = kHeadDim / 64;             // 64-column accumulators of O
   constexpr int kKeyBatch = kHeadDim <= 128 && kBlockN == 64 ? 4 : 1;  // score_and_mask's
+  constexpr bool kStageKeyTerms = Variant::kKeyTermsLoad;
 
   extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
   // The swizzle pattern repeats every 1024 bytes: tiles start on such a boundary.
@@ -172,6 +185,22 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         const int k0 = tile_list[i] / 4 * kBlockN;
         i32 pages[TileCopy::kPages];
         k_copy.read_pages(pages, block_row, k0, kv_end);
+        // Thread k's key terms of key k0 + k (the mask's where the consumers check elements),
+        // loaded before the wait for the stage, stored after it.
+        KeyTerms<Variant> own_terms{};
+        const int own_key = static_cast<int>(threadIdx.x);
+        if constexpr (kStageKeyTerms) {
+          if (own_key < kBlockN) {
+            const int kv = min(k0 + own_key, kv_end - 1);
+            own_terms.score = variant.score_key_terms(
+                args.params, request, kv, variant.score_request_terms(args.params, request));
+            if (static_cast<TileClass>(tile_list[i] % 4) == TileClass::Partial ||
+                k0 + kBlockN > kv_end) {
+              own_terms.mask = variant.mask_key_terms(
+                  args.params, request, kv, variant.mask_request_terms(args.params, request));
+            }
+          }
+        }
         // The consumers free tile t - kStages's stage while they compute tile t - kStages + 1,
         // which the producer reports full after tile t - kStages + 2's copies are out: with
         // fewer than three stages that is tile t itself, so the tile in flight is reported
@@ -182,6 +211,10 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           mbarrier_arrive(pipe.full((t + kStages - 1) % kStages));
         }
         if (t >= kStages) mbarrier_wait(pipe.empty(stage), (t / kStages - 1) % 2);
+        if constexpr (kStageKeyTerms) {
+          // Published with the tile's full barrier (the arrive releases the stores).
+          if (own_key < kBlockN) key_terms[stage * kBlockN + own_key] = own_terms;
+        }
         const u32 k_tile = stages_address + stage * 2 * kTileBytes;
         k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, token_begin, k0,
                     kv_end);
@@ -269,12 +302,13 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         // Key terms load four n8 tiles at a time where the registers allow (not at head dim
         // 256, nor with 128-key tiles: ptxas spills).
         const int key0 = k0 + quad_col * 2;
+        const KeyTerms<Variant>* const staged = key_terms + stage * kBlockN + quad_col * 2;
         if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
-          score_and_mask<kBlockN / 8, kKeyBatch>(variant, args.params, args.scale, rows, key0,
-                                                 kv_end, true, s, tile_max);
+          score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
+              variant, args.params, args.scale, rows, key0, kv_end, true, s, tile_max, staged);
         } else {
-          score_and_mask<kBlockN / 8, kKeyBatch>(variant, args.params, args.scale, rows, key0,
-                                                 kv_end, false, s, tile_max);
+          score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
+              variant, args.params, args.scale, rows, key0, kv_end, false, s, tile_max, staged);
         }
         float max_scaled[2];
         float rescale[2];
@@ -400,6 +434,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
 __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
   constexpr int kStages = wgmma_stages(kHeadDim);
+  // Here, not in the block function: that is instantiated once per role.
+  __shared__ KeyTerms<Variant> key_terms[wgmma_key_term_slots<Variant, kHeadDim>()];
   KvPipeline pipe;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -412,13 +448,13 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
     setmaxnreg_dec<wgmma_producer_registers(kHeadDim)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
       prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, true>(args, request, kv_head, row0,
-                                                                    pipe);
+                                                                    pipe, key_terms);
     });
   } else {
     setmaxnreg_inc<wgmma_consumer_registers(kHeadDim)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
       prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, false>(args, request, kv_head, row0,
-                                                                     pipe);
+                                                                     pipe, key_terms);
     });
   }
 }

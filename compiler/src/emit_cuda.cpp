@@ -492,6 +492,13 @@ class SplitHook {
 
   // Operations the element part computes (each a statement).
   int element_operations() const { return element_operations_; }
+  // Whether the key terms read runtime arrays (doc[b, kv]): loads, not arithmetic.
+  bool key_terms_load() const {
+    for (const ir::Expr& term : terms_[kKey]) {
+      if (ir::reads_arrays(term)) return true;
+    }
+    return false;
+  }
 
  private:
   enum Level { kRequest, kQuery, kKey, kElement, kLevels };
@@ -593,6 +600,8 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       "  static constexpr bool kUsesHead = {uses_head};\n"
       "  // Operations per element left after the split (the kernel's tile width follows it)\n"
       "  static constexpr int kElementOperations = {element_operations};\n"
+      "  // Whether the key terms read runtime arrays (the Hopper kernel's producer stages them)\n"
+      "  static constexpr bool kKeyTermsLoad = {key_terms_load};\n"
       "\n"
       "{mask_hooks}"
       "\n"
@@ -622,6 +631,7 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       fmt::arg("uses_head", variant.uses_head),
       fmt::arg("element_operations",
                mask_hook.element_operations() + score_hook.element_operations()),
+      fmt::arg("key_terms_load", mask_hook.key_terms_load() || score_hook.key_terms_load()),
       fmt::arg("mask_hooks", mask_hook.declarations("bool", "")),
       fmt::arg("score_hooks", score_hook.declarations("float", "float s, ")),
       fmt::arg("ranges", ranges), fmt::arg("class_code", interval.code()),

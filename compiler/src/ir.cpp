@@ -520,6 +520,10 @@ bool uses_array(const Expr& e, int slot) {
   });
 }
 
+bool reads_arrays(const Expr& e) {
+  return any_node(e, [](const Expr& node) { return node.kind() == ExprKind::Load; });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Structural equality
 

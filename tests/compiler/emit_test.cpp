@@ -77,6 +77,7 @@ TEST_CASE("the causal variant has the struct and every hook", "[emit]") {
   CHECK_THAT(code, Catch::Contains("static constexpr bool kHasScore = false;"));
   CHECK_THAT(code, Catch::Contains("static constexpr bool kUsesHead = false;"));
   CHECK_THAT(code, Catch::Contains("static constexpr int kElementOperations = 1;"));
+  CHECK_THAT(code, Catch::Contains("static constexpr bool kKeyTermsLoad = false;"));
   CHECK_THAT(code, Catch::Contains("__device__ __forceinline__ bool mask(const fj::MaskParams& "
                                    "p, int b, int h, int q, int kv) const {"));
   CHECK_THAT(code, Catch::Contains("__device__ __forceinline__ float score(const fj::MaskParams& "
@@ -271,6 +272,8 @@ TEST_CASE("float params, arrays and conversions in a mask", "[emit][float]") {
                                    "    return MaskQueryTerms{q_0, q_1};\n"));
   CHECK_THAT(code, Catch::Contains("    const int k_0 = fj::load_int(p.array[0], b, kv);\n"
                                    "    return MaskKeyTerms{k_0};\n"));
+  // Its key terms load: the Hopper kernel's producer stages them.
+  CHECK_THAT(code, Catch::Contains("static constexpr bool kKeyTermsLoad = true;"));
   CHECK_THAT(code, Catch::Contains("    const bool t0 = (query.v0 == key.v0);\n"
                                    "    const int t1 = fj::wrap_sub(q, kv);\n"
                                    "    const float t2 = fj::int_to_float(t1);\n"

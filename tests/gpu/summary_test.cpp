@@ -157,7 +157,8 @@ namespace {
 
 struct Programs {
   fj_program* standard = nullptr;
-  // A float array along kv and a 1-D int array along kv (summarised by rows).
+  // A float array along kv and a 1-D int array along kv (summarised by rows); a score whose
+  // key terms read an array too.
   fj_program* custom = nullptr;
 
   Programs() {
@@ -170,7 +171,10 @@ struct Programs {
         "param w: float[b, kv]\n"
         "param z: int[kv]\n"
         "mask weighted = q >= kv && w[b, kv] >= 0.25\n"
-        "mask ranked = q >= kv && z[kv] <= q\n";
+        "mask ranked = q >= kv && z[kv] <= q\n"
+        "param bias: float[kv]\n"
+        "score kv_bias = score - bias[kv]\n"
+        "variant ranked_bias = ranked with kv_bias\n";
     REQUIRE(fj_program_create(context, "custom.mask", source.data(), source.size(), &custom) ==
             FJ_SUCCESS);
   }
@@ -234,10 +238,15 @@ TEST_CASE("summarised masks over long sequences match the reference", "[gpu][sum
   config.query_lens = {100, 7};
   config.context_lens = {4200, 30};
   config.seed = 32;
-  for (const char* mask : {"weighted", "ranked"}) {
-    INFO(mask);
-    config.mask = mask;
-    require_matches_reference(programs().custom, config);
+  // Key terms that read arrays: staged in shared memory by the Hopper kernel's producer, at
+  // 128-key (head dim 64) and 64-key (128) tiles.
+  for (const int head_dim : {64, 128}) {
+    for (const char* mask : {"weighted", "ranked", "ranked_bias"}) {
+      INFO(mask << " head dim " << head_dim);
+      config.mask = mask;
+      config.head_dim = head_dim;
+      require_matches_reference(programs().custom, config);
+    }
   }
 }
 

@@ -367,6 +367,8 @@ bool uses_variable(const Expr& e, Variable variable);
 bool uses_param(const Expr& e, int slot);
 // Whether `e` reads the runtime array in `slot`.
 bool uses_array(const Expr& e, int slot);
+// Whether `e` reads any runtime array (has a Load).
+bool reads_arrays(const Expr& e);
 
 // Readable text, every compound operand in parentheses:
 // `(q >= kv) && ((q - kv) < window)`.
