@@ -409,6 +409,36 @@ std::string StatementWriter::narrowed(const ir::Expr& e, const KvPlan& plan,
       left, where, indent(right.code()), value);
 }
 
+// Rewrites float(q - kv) (either order) as float(q) - float(kv) in a score hook, so that the
+// split converts once per query row and once per key instead of once per element (ALiBi's
+// distance): a conversion costs more than the float subtraction that replaces it. Positions are
+// non-negative int32, so q - kv does not wrap; both forms are exact while q and kv are below
+// 2^24, beyond that they differ by a rounding (the score hooks' approximate arithmetic, like
+// their tanh).
+class SplitPositionDifferences : public ir::IRMutator {
+ public:
+  using ir::IRMutator::mutate;
+
+ protected:
+  using ir::IRMutator::visit;
+  ir::Expr visit(const ir::ToFloat* op) override {
+    const ir::Sub* difference = op->a.as<ir::Sub>();
+    if (difference != nullptr && is_position(difference->a) && is_position(difference->b) &&
+        variable(difference->a) != variable(difference->b)) {
+      return ir::Sub::make(ir::ToFloat::make(difference->a), ir::ToFloat::make(difference->b));
+    }
+    return ir::IRMutator::visit(op);
+  }
+
+ private:
+  static bool is_position(const ir::Expr& e) {
+    const ir::Var* var = e.as<ir::Var>();
+    return var != nullptr &&
+           (var->variable == ir::Variable::Q || var->variable == ir::Variable::KV);
+  }
+  static ir::Variable variable(const ir::Expr& e) { return e.as<ir::Var>()->variable; }
+};
+
 // A hook split by what its terms read (DESIGN.md §5), so that a kernel computes each term as
 // rarely as it can:
 // - request terms read only b and params: once per request (prefix_len[b], ranges[b, i]);
@@ -576,9 +606,13 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
     provenance += fmt::format(", score `{}`", variant.score_name);
     score_comment = fmt::format("// score: {}\n", ir::to_string(variant.score));
   }
-  // Score hooks take tanh from the special function unit (StatementWriter::approximate_tanh).
-  const SplitHook score_hook(
-      variant.has_score() ? variant.score : ir::Var::make(ir::Variable::Score), "Score", true);
+  // Score hooks take tanh from the special function unit (StatementWriter::approximate_tanh)
+  // and convert positions apart (SplitPositionDifferences).
+  const ir::Expr score =
+      variant.has_score()
+          ? ir::eliminate_common_subexpressions(SplitPositionDifferences().mutate(variant.score))
+          : ir::Var::make(ir::Variable::Score);
+  const SplitHook score_hook(score, "Score", true);
 
   StatementWriter kv_writer(true, "r");
   const std::string kv_bound = KvRangeWriter(kv_writer).bound_of(plan_kv_range(mask));

@@ -221,29 +221,30 @@ TEST_CASE("a score hook computes the score IR from s", "[emit][float]") {
 
 TEST_CASE("a score's terms of a row and of a key are computed apart", "[emit][float]") {
   // score - slopes[h] * float(q - kv) + tanh(float(kv)): slopes[h] once per row, the tanh
-  // (by the special function unit, as in every score part) once per key.
+  // (by the special function unit, as in every score part) once per key. float(q - kv) is
+  // converted as float(q) - float(kv): once per row and once per key, not per element.
   const Expr slope = ir::Load::make(ir::Type::Float, 0, "slopes", 1, h(), ir::IntImm::make(0));
   const Expr body = ir::Add::make(
       ir::Sub::make(score(), ir::Mul::make(slope, ir::ToFloat::make(ir::Sub::make(q(), kv())))),
       ir::Tanh::make(ir::ToFloat::make(kv())));
   const std::string code = emit_cuda_variant(variant_of("sloped", causal(), body), "Sloped");
   CHECK_THAT(code, Catch::Contains("struct ScoreRequestTerms {};\n"
-                                   "  struct ScoreQueryTerms { float v0; };\n"
-                                   "  struct ScoreKeyTerms { float v0; };\n"));
+                                   "  struct ScoreQueryTerms { float v0; float v1; };\n"
+                                   "  struct ScoreKeyTerms { float v0; float v1; };\n"));
   CHECK_THAT(hook(code, "score_query_terms"),
              Catch::EndsWith("    const float q_0 = fj::load_float(p.array[0], h, 0);\n"
-                             "    return ScoreQueryTerms{q_0};"));
+                             "    const float q_1 = fj::int_to_float(q);\n"
+                             "    return ScoreQueryTerms{q_0, q_1};"));
   CHECK_THAT(hook(code, "score_key_terms"),
              Catch::EndsWith("    const float k_0 = fj::int_to_float(kv);\n"
                              "    const float k_1 = fj::ftanh_approx(k_0);\n"
-                             "    return ScoreKeyTerms{k_1};"));
+                             "    return ScoreKeyTerms{k_0, k_1};"));
   CHECK_THAT(code, Catch::Contains("const ScoreKeyTerms& key) const {\n"
-                                   "    const int t0 = fj::wrap_sub(q, kv);\n"
-                                   "    const float t1 = fj::int_to_float(t0);\n"
-                                   "    const float t2 = fj::fmul(query.v0, t1);\n"
-                                   "    const float t3 = fj::fsub(s, t2);\n"
-                                   "    const float t4 = fj::fadd(t3, key.v0);\n"
-                                   "    return t4;\n"));
+                                   "    const float t0 = fj::fsub(query.v1, key.v0);\n"
+                                   "    const float t1 = fj::fmul(query.v0, t0);\n"
+                                   "    const float t2 = fj::fsub(s, t1);\n"
+                                   "    const float t3 = fj::fadd(t2, key.v1);\n"
+                                   "    return t3;\n"));
   // The whole hook composes the parts, for kernels that evaluate one element at a time.
   CHECK_THAT(code, Catch::Contains(
                        "    const ScoreRequestTerms request = score_request_terms(p, b);\n"
