@@ -22,6 +22,16 @@
 
 namespace fj {
 
+// The vector type of kCount floats (2 or 4), for the merge's loads.
+template <int kCount>
+struct FloatVector {
+  using Type = float4;
+};
+template <>
+struct FloatVector<2> {
+  using Type = float2;
+};
+
 // K/V tile loads of the decode kernel (decode_swizzled_tiles). Head dims 64, 128 and 256:
 // KvTileCopy into unpadded swizzled rows, its per-thread constants computed once and the
 // block-table entries of the next tile read a step ahead (read_pages, then load), so that their
@@ -353,32 +363,64 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   if (!is_last) return;
   __threadfence();  // order the reads of the other splits' partials after the counter
 
-  // Merge in split order: the same sums in the same order whichever split finishes last.
-  // The row's kParts threads (adjacent lanes) read its splits' LSEs in parallel and agree on
-  // their max; then each sums its dims over the splits, several splits' loads in flight at
-  // once (a split count in the tens is common for long contexts).
+  // Merge in split order: the same sums in the same order whichever split finishes last. The
+  // row's kParts threads (adjacent lanes of one warp) read its splits' LSEs in parallel and
+  // agree on their max; then, kMergeChunk splits at a time, they put the splits' weights in
+  // shared memory (the stages are free: every thread is past the combine), and each sums its
+  // dims over the chunk with several splits' vector loads in flight. Each split's loads used
+  // to wait for its LSE's: a split count in the tens made the last merge of a long request
+  // tens of microseconds long. Rows past the request's are skipped (they are not written).
+  constexpr int kMergeChunk = 64;
+  constexpr int kVec = kDims % 4 == 0 ? 4 : 2;  // floats per load
+  using Vec = typename FloatVector<kVec>::Type;
+  float* const weights = reinterpret_cast<float*>(stages) + row * kMergeChunk;
+  const int part = threadIdx.x % kParts;
   float merged_max = neg_inf;
-  for (int s = threadIdx.x % kParts; s < item.num_splits; s += kParts) {
-    merged_max =
-        fmaxf(merged_max, __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + row));
+  if (row_valid) {
+    for (int s = part; s < item.num_splits; s += kParts) {
+      merged_max =
+          fmaxf(merged_max, __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + row));
+    }
   }
   for (int lanes = 1; lanes < kParts; lanes *= 2)
     merged_max = fmaxf(merged_max, __shfl_xor_sync(0xffffffffu, merged_max, lanes));
+  const bool merging = row_valid && merged_max != neg_inf;
   float merged_total = 0.0f;
   for (int d = 0; d < kDims; ++d)
     result[d] = 0.0f;
-  if (merged_max != neg_inf) {
-#pragma unroll 4
-    for (int s = 0; s < item.num_splits; ++s) {
-      const i64 other = item.partial + s;
-      const float w =
-          exp2f((__ldcg(decode.partial_lse + other * kDecodeRows + row) - merged_max) * kLog2e);
-      merged_total += w;
-      const float* other_row = decode.partial_out + (other * kDecodeRows + row) * kHeadDim + d0;
-      for (int d = 0; d < kDims; ++d)
-        result[d] += w * __ldcg(other_row + d);
+  for (int c0 = 0; c0 < item.num_splits; c0 += kMergeChunk) {
+    const int c1 = min(c0 + kMergeChunk, item.num_splits);
+    if (merging) {
+      for (int s = c0 + part; s < c1; s += kParts) {
+        const float w = exp2f(
+            (__ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + row) - merged_max) *
+            kLog2e);
+        weights[s - c0] = w;
+        merged_total += w;
+      }
     }
+    __syncwarp();  // the chunk's weights are visible to the row's lanes
+    if (merging) {
+#pragma unroll 4
+      for (int s = c0; s < c1; ++s) {
+        const float w = weights[s - c0];
+        const Vec* src = reinterpret_cast<const Vec*>(
+            decode.partial_out + ((item.partial + s) * kDecodeRows + row) * kHeadDim + d0);
+        for (int v = 0; v < kDims / kVec; ++v) {
+          const Vec x = __ldcg(src + v);
+          result[v * kVec] += w * x.x;
+          result[v * kVec + 1] += w * x.y;
+          if constexpr (kVec == 4) {
+            result[v * kVec + 2] += w * x.z;
+            result[v * kVec + 3] += w * x.w;
+          }
+        }
+      }
+    }
+    __syncwarp();  // every lane is done with the weights before the next chunk's
   }
+  for (int lanes = 1; lanes < kParts; lanes *= 2)
+    merged_total += __shfl_xor_sync(0xffffffffu, merged_total, lanes);
   const float merged_inv = merged_total > 0.0f ? 1.0f / merged_total : 0.0f;
   for (int d = 0; d < kDims; ++d)
     result[d] *= merged_inv;
