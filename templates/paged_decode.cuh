@@ -370,6 +370,8 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   // dims over the chunk with several splits' vector loads in flight. Each split's loads used
   // to wait for its LSE's: a split count in the tens made the last merge of a long request
   // tens of microseconds long. Rows past the request's are skipped (they are not written).
+  // Slot offsets fit in 32 bits: a plan has decode_wave slots (plan_capacity: SMs times
+  // CTAs per SM, a few thousand at most) of kDecodeRows * kHeadDim floats.
   constexpr int kMergeChunk = 64;
   constexpr int kVec = kDims % 4 == 0 ? 4 : 2;  // floats per load
   using Vec = typename FloatVector<kVec>::Type;
