@@ -22,16 +22,6 @@
 
 namespace fj {
 
-// The vector type of kCount floats (2 or 4), for the merge's loads.
-template <int kCount>
-struct FloatVector {
-  using Type = float4;
-};
-template <>
-struct FloatVector<2> {
-  using Type = float2;
-};
-
 // K/V tile loads of the decode kernel (decode_swizzled_tiles). Head dims 64, 128 and 256:
 // KvTileCopy into unpadded swizzled rows, its per-thread constants computed once and the
 // block-table entries of the next tile read a step ahead (read_pages, then load), so that their
@@ -283,76 +273,103 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   }
   cp_async_wait<0>();  // Q's copies, where no tile was listed
 
-  // Combine the four warps' states through shared memory (the stages are free now).
+  // Combine the four warps' states through shared memory (the stages are free now). Each warp
+  // publishes its rows' max and sum; each thread then scales its accumulators by its warp's
+  // share of the row's total and stores them in fragment order (a warp's stores are one
+  // contiguous run: no bank conflicts), and warp w sums the four warps' fragments of the output
+  // column tiles j = w, w + kWarps, ... (contiguous loads again).
   __syncthreads();
-  float* warp_o = reinterpret_cast<float*>(stages);          // [warp][row][head_dim]
-  float* warp_m = warp_o + kWarps * kDecodeRows * kHeadDim;  // [warp][row]
-  float* warp_l = warp_m + kWarps * kDecodeRows;
+  float2* const warp_o = reinterpret_cast<float2*>(stages);  // [warp][j][r][lane]
+  float* const warp_m = reinterpret_cast<float*>(warp_o + kWarps * kNTilesO * 2 * 32);
+  float* const warp_l = warp_m + kWarps * kDecodeRows;  // [warp][row], as warp_m
   for (int r = 0; r < 2; ++r) {
     const float total = quad_sum(row_sum[r]);
-    const int row = quad_row + r * 8;
     if (quad_col == 0) {
-      warp_m[warp * kDecodeRows + row] = row_max[r];
-      warp_l[warp * kDecodeRows + row] = total;
-    }
-    float* dst = warp_o + (warp * kDecodeRows + row) * kHeadDim + quad_col * 2;
-    for (int j = 0; j < kNTilesO; ++j) {
-      dst[j * 8] = o[j][2 * r];
-      dst[j * 8 + 1] = o[j][2 * r + 1];
+      warp_m[warp * kDecodeRows + quad_row + r * 8] = row_max[r];
+      warp_l[warp * kDecodeRows + quad_row + r * 8] = total;
     }
   }
   __syncthreads();
-
-  // Thread t finishes row t / 8, dims [(t % 8) * kDims, +kDims).
-  constexpr int kParts = kDecodeThreads / kDecodeRows;
-  static_assert(kParts <= 32 && 32 % kParts == 0, "a row's threads are lanes of one warp");
-  constexpr int kDims = kHeadDim / kParts;
-  static_assert(kHeadDim % (kParts * 2) == 0, "each thread writes pairs of elements");
-  const int row = threadIdx.x / kParts;
-  const int d0 = (threadIdx.x % kParts) * kDims;
-  float m = neg_inf;
-  for (int w = 0; w < kWarps; ++w)
-    m = fmaxf(m, warp_m[w * kDecodeRows + row]);
-  float weight[kWarps];
-  float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w) {
-    weight[w] = m == neg_inf ? 0.0f : exp2f((warp_m[w * kDecodeRows + row] - m) * kLog2e);
-    total += weight[w] * warp_l[w * kDecodeRows + row];
-  }
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  const float lse = total > 0.0f ? m + logf(total) : neg_inf;
-  float result[kDims];
-  for (int d = 0; d < kDims; ++d) {
-    float acc = 0.0f;
+  float row_lse[2];
+  for (int r = 0; r < 2; ++r) {
+    const int row = quad_row + r * 8;
+    float m = neg_inf;
     for (int w = 0; w < kWarps; ++w)
-      acc += weight[w] * warp_o[(w * kDecodeRows + row) * kHeadDim + d0 + d];
-    result[d] = acc * inv;
+      m = fmaxf(m, warp_m[w * kDecodeRows + row]);
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float weight =
+          m == neg_inf ? 0.0f : exp2f((warp_m[w * kDecodeRows + row] - m) * kLog2e);
+      total += weight * warp_l[w * kDecodeRows + row];
+    }
+    const float own = m == neg_inf ? 0.0f : exp2f((row_max[r] - m) * kLog2e);
+    const float share = total > 0.0f ? own / total : 0.0f;
+    row_lse[r] = total > 0.0f ? m + logf(total) : neg_inf;
+    for (int j = 0; j < kNTilesO; ++j) {
+      warp_o[((warp * kNTilesO + j) * 2 + r) * 32 + lane] =
+          make_float2(o[j][2 * r] * share, o[j][2 * r + 1] * share);
+    }
+  }
+  __syncthreads();
+  constexpr int kOwnTiles = (kNTilesO + kWarps - 1) / kWarps;
+  float2 result[kOwnTiles][2];
+  for (int t = 0; t < kOwnTiles; ++t) {
+    const int j = warp + t * kWarps;
+    for (int r = 0; r < 2; ++r) {
+      float2 sum = make_float2(0.0f, 0.0f);
+      if (j < kNTilesO) {
+        for (int w = 0; w < kWarps; ++w) {
+          const float2 x = warp_o[((w * kNTilesO + j) * 2 + r) * 32 + lane];
+          sum.x += x.x;
+          sum.y += x.y;
+        }
+      }
+      result[t][r] = sum;
+    }
   }
 
-  const int packed = row0 + row;
-  const bool row_valid = packed < packed_rows;
-  const i64 token = block.token(packed);
-  const i64 head = static_cast<i64>(kv_head) * group + packed % group;
-  unsigned short* out = static_cast<unsigned short*>(args.out);
-  const auto write_row = [&](const float* values, float row_lse) {
-    if (!row_valid) return;
-    u32* out_row =
-        reinterpret_cast<u32*>(out + token * args.out_stride_token + head * args.out_stride_head);
-    for (int d = 0; d < kDims; d += 2)
-      out_row[(d0 + d) / 2] = pack_2x16<kBF16>(values[d], values[d + 1]);
-    if (args.lse != nullptr && d0 == 0) args.lse[token * args.lse_stride_token + head] = row_lse;
+  // Output rows: those inside the request only.
+  unsigned short* const out = static_cast<unsigned short*>(args.out);
+  const auto out_row = [&](int row) {
+    const int packed = row0 + row;
+    return out + block.token(packed) * args.out_stride_token +
+           static_cast<i64>(block.head(packed)) * args.out_stride_head;
   };
+  const auto lse_slot = [&](int row) -> float* {
+    const int packed = row0 + row;
+    return args.lse + block.token(packed) * args.lse_stride_token + block.head(packed);
+  };
+  const int valid_rows = min(kDecodeRows, packed_rows - row0);
   if (item.num_splits == 1) {
-    write_row(result, lse);
+    for (int r = 0; r < 2; ++r) {
+      const int row = quad_row + r * 8;
+      if (row >= valid_rows) continue;
+      u32* const dst = reinterpret_cast<u32*>(out_row(row));
+      for (int t = 0; t < kOwnTiles; ++t) {
+        const int j = warp + t * kWarps;
+        if (j < kNTilesO) {
+          dst[(j * 8 + quad_col * 2) / 2] = pack_2x16<kBF16>(result[t][r].x, result[t][r].y);
+        }
+      }
+      if (args.lse != nullptr && warp == 0 && quad_col == 0) *lse_slot(row) = row_lse[r];
+    }
     return;
   }
 
-  // Several splits: publish this one, and merge if it is the last of its group.
+  // Several splits: publish this one (its rows inside the request), and merge if it is the
+  // last of its group.
   const i64 slot = item.partial + item.split;
-  float* partial_row = decode.partial_out + (slot * kDecodeRows + row) * kHeadDim + d0;
-  for (int d = 0; d < kDims; ++d)
-    partial_row[d] = result[d];
-  if (d0 == 0) decode.partial_lse[slot * kDecodeRows + row] = lse;
+  for (int r = 0; r < 2; ++r) {
+    const int row = quad_row + r * 8;
+    if (row >= valid_rows) continue;
+    float2* const dst =
+        reinterpret_cast<float2*>(decode.partial_out + (slot * kDecodeRows + row) * kHeadDim);
+    for (int t = 0; t < kOwnTiles; ++t) {
+      const int j = warp + t * kWarps;
+      if (j < kNTilesO) dst[(j * 8 + quad_col * 2) / 2] = result[t][r];
+    }
+    if (warp == 0 && quad_col == 0) decode.partial_lse[slot * kDecodeRows + row] = row_lse[r];
+  }
   __threadfence();  // the partial is visible device-wide before the counter says so
   __syncthreads();
   __shared__ int is_last;
@@ -363,70 +380,84 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   if (!is_last) return;
   __threadfence();  // order the reads of the other splits' partials after the counter
 
-  // Merge in split order: the same sums in the same order whichever split finishes last. The
-  // row's kParts threads (adjacent lanes of one warp) read its splits' LSEs in parallel and
-  // agree on their max; then, kMergeChunk splits at a time, they put the splits' weights in
-  // shared memory (the stages are free: every thread is past the combine), and each sums its
-  // dims over the chunk with several splits' vector loads in flight. Each split's loads used
-  // to wait for its LSE's: a split count in the tens made the last merge of a long request
-  // tens of microseconds long. Rows past the request's are skipped (they are not written).
-  // Slot offsets fit in 32 bits: a plan has decode_wave slots (plan_capacity: SMs times
-  // CTAs per SM, a few thousand at most) of kDecodeRows * kHeadDim floats.
+  // Merge in split order: the same sums in the same order whichever split finishes last.
+  // kMergeChunk splits at a time: the kParts lanes of each row read its splits' LSEs, agree on
+  // their max, and put the splits' weights in shared memory (the stages are free: every thread
+  // is past the combine). Then each thread sums 16-byte pieces of the rows over the chunk,
+  // eight splits' loads in flight: a merge of tens of splits takes a few round trips, not one
+  // per split. Slot offsets fit in 32 bits: a plan has decode_wave slots (plan_capacity: SMs
+  // times CTAs per SM, a few thousand at most) of kDecodeRows * kHeadDim floats.
+  constexpr int kParts = kDecodeThreads / kDecodeRows;
+  static_assert(kParts <= 32 && 32 % kParts == 0, "a row's lanes are lanes of one warp");
   constexpr int kMergeChunk = 64;
-  constexpr int kVec = kDims % 4 == 0 ? 4 : 2;  // floats per load
-  using Vec = typename FloatVector<kVec>::Type;
-  float* const weights = reinterpret_cast<float*>(stages) + row * kMergeChunk;
+  constexpr int kPieces = kHeadDim / 4;  // float4 pieces of a row
+  constexpr int kOwnPieces = (kDecodeRows * kPieces + kDecodeThreads - 1) / kDecodeThreads;
+  float* const weights = reinterpret_cast<float*>(stages);    // [row][kMergeChunk]
+  float* const merged = weights + kDecodeRows * kMergeChunk;  // [row]: 1 / total, or 0
+  const int lse_row = threadIdx.x / kParts;
   const int part = threadIdx.x % kParts;
+  const bool lse_row_valid = lse_row < valid_rows;
   float merged_max = neg_inf;
-  if (row_valid) {
+  if (lse_row_valid) {
     for (int s = part; s < item.num_splits; s += kParts) {
-      merged_max =
-          fmaxf(merged_max, __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + row));
+      merged_max = fmaxf(merged_max,
+                         __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + lse_row));
     }
   }
   for (int lanes = 1; lanes < kParts; lanes *= 2)
     merged_max = fmaxf(merged_max, __shfl_xor_sync(0xffffffffu, merged_max, lanes));
-  const bool merging = row_valid && merged_max != neg_inf;
   float merged_total = 0.0f;
-  for (int d = 0; d < kDims; ++d)
-    result[d] = 0.0f;
+  float4 sum[kOwnPieces];
+  for (int p = 0; p < kOwnPieces; ++p)
+    sum[p] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int c0 = 0; c0 < item.num_splits; c0 += kMergeChunk) {
     const int c1 = min(c0 + kMergeChunk, item.num_splits);
-    if (merging) {
+    if (lse_row_valid) {
       for (int s = c0 + part; s < c1; s += kParts) {
-        const float w = exp2f(
-            (__ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + row) - merged_max) *
-            kLog2e);
-        weights[s - c0] = w;
+        const float lse = __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + lse_row);
+        const float w = merged_max == neg_inf ? 0.0f : exp2f((lse - merged_max) * kLog2e);
+        weights[lse_row * kMergeChunk + s - c0] = w;
         merged_total += w;
       }
     }
-    __syncwarp();  // the chunk's weights are visible to the row's lanes
-    if (merging) {
-#pragma unroll 4
+    __syncthreads();  // the chunk's weights are visible to every thread
+#pragma unroll
+    for (int p = 0; p < kOwnPieces; ++p) {
+      const int piece = static_cast<int>(threadIdx.x) + p * kDecodeThreads;
+      const int row = piece / kPieces;
+      if (row >= valid_rows) continue;
+      const float4* src = reinterpret_cast<const float4*>(
+                              decode.partial_out + (item.partial * kDecodeRows + row) * kHeadDim) +
+                          piece % kPieces;
+      constexpr int kSlotStride = kDecodeRows * kPieces;  // float4s from one split's to the next
+#pragma unroll 8
       for (int s = c0; s < c1; ++s) {
-        const float w = weights[s - c0];
-        const Vec* src = reinterpret_cast<const Vec*>(
-            decode.partial_out + ((item.partial + s) * kDecodeRows + row) * kHeadDim + d0);
-        for (int v = 0; v < kDims / kVec; ++v) {
-          const Vec x = __ldcg(src + v);
-          result[v * kVec] += w * x.x;
-          result[v * kVec + 1] += w * x.y;
-          if constexpr (kVec == 4) {
-            result[v * kVec + 2] += w * x.z;
-            result[v * kVec + 3] += w * x.w;
-          }
-        }
+        const float w = weights[row * kMergeChunk + s - c0];
+        const float4 x = __ldcg(src + s * kSlotStride);
+        sum[p].x += w * x.x;
+        sum[p].y += w * x.y;
+        sum[p].z += w * x.z;
+        sum[p].w += w * x.w;
       }
     }
-    __syncwarp();  // every lane is done with the weights before the next chunk's
+    __syncthreads();  // every thread is done with the weights before the next chunk's
   }
   for (int lanes = 1; lanes < kParts; lanes *= 2)
     merged_total += __shfl_xor_sync(0xffffffffu, merged_total, lanes);
-  const float merged_inv = merged_total > 0.0f ? 1.0f / merged_total : 0.0f;
-  for (int d = 0; d < kDims; ++d)
-    result[d] *= merged_inv;
-  write_row(result, merged_total > 0.0f ? merged_max + logf(merged_total) : neg_inf);
+  if (part == 0) merged[lse_row] = merged_total > 0.0f ? 1.0f / merged_total : 0.0f;
+  if (args.lse != nullptr && part == 0 && lse_row_valid) {
+    *lse_slot(lse_row) = merged_total > 0.0f ? merged_max + logf(merged_total) : neg_inf;
+  }
+  __syncthreads();
+  for (int p = 0; p < kOwnPieces; ++p) {
+    const int piece = static_cast<int>(threadIdx.x) + p * kDecodeThreads;
+    const int row = piece / kPieces;
+    if (row >= valid_rows) continue;
+    const float inv = merged[row];
+    u32* const dst = reinterpret_cast<u32*>(out_row(row)) + (piece % kPieces) * 2;
+    dst[0] = pack_2x16<kBF16>(sum[p].x * inv, sum[p].y * inv);
+    dst[1] = pack_2x16<kBF16>(sum[p].z * inv, sum[p].w * inv);
+  }
   if (threadIdx.x == 0) decode.merge_counters[item.merge] = 0;  // ready for the next launch
 }
 
