@@ -189,6 +189,23 @@ class LayoutTest(unittest.TestCase):
         shuffled, _ = W.block_table([1600] * 4, 16, seed=1)
         self.assertNotEqual([b for row in shuffled for b in row], list(range(400)))
 
+    def test_block_table_runs(self):
+        seq_lens = [16 * 10, 16 * 3 + 1, 16]
+        rows, num_blocks = W.block_table(seq_lens, 16, seed=5, run=4)
+        self.assertEqual(num_blocks, 10 + 4 + 1)
+        used = [b for row, s in zip(rows, seq_lens) for b in row[:-(-s // 16)]]
+        self.assertEqual(len(set(used)), len(used))
+        self.assertEqual(sorted(used), list(range(num_blocks)))
+        # Logical blocks 4k .. 4k + 3 of a request are consecutive physical blocks.
+        for row, s in zip(rows, seq_lens):
+            n = -(-s // 16)
+            for j in range(1, n):
+                if j % 4:
+                    self.assertEqual(row[j], row[j - 1] + 1)
+        sequential, num_blocks = W.block_table([160, 80], 16, seed=5, run=1 << 20)
+        self.assertEqual(num_blocks, 15)
+        self.assertIn(sequential[0], (list(range(10)), list(range(5, 15))))
+
     def test_query_start_loc_and_positions(self):
         w = small("causal", [(3, 10), (1, 5)])
         self.assertEqual(W.query_start_loc(w), [0, 3, 4])

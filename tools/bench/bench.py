@@ -124,6 +124,11 @@ def torch_params(w, device):
     return P
 
 
+# How the paged cache is laid out (--block-run, --heads-first): by default every block is placed
+# on its own in a shuffled order, in vLLM's [block, 2, slot, kv head, D].
+CACHE_LAYOUT = {"block_run": 1, "heads_first": False}
+
+
 class Inputs:
     """One workload's data. Peers: q_p [B, H, Sq, D], k_p/v_p [B, Hkv, Skv, D] (B = requests
     when all are alike, else one packed sequence). flexjit: q [tokens, H, D] and, per page
@@ -169,11 +174,16 @@ class Inputs:
         return tensor[0][:, [self.qsl[r] + t for t in rows]]
 
     def paged(self, page_size):
-        """(joint cache, block table) for page_size."""
+        """(joint cache, block table) for page_size, in CACHE_LAYOUT."""
         w = self.w
-        rows, num_blocks = W.block_table(self.seq_lens, page_size, seed=page_size)
-        cache = torch.zeros((num_blocks, 2, page_size, w.num_kv_heads, w.head_dim),
-                            device="cuda", dtype=DTYPE)
+        rows, num_blocks = W.block_table(self.seq_lens, page_size, seed=page_size,
+                                         run=CACHE_LAYOUT["block_run"])
+        if CACHE_LAYOUT["heads_first"]:  # [block, 2, kv head, slot, D], seen as vLLM's order
+            cache = torch.zeros((num_blocks, 2, w.num_kv_heads, page_size, w.head_dim),
+                                device="cuda", dtype=DTYPE).transpose(2, 3)
+        else:
+            cache = torch.zeros((num_blocks, 2, page_size, w.num_kv_heads, w.head_dim),
+                                device="cuda", dtype=DTYPE)
         for r, seq_len in enumerate(self.seq_lens):
             n = -(-seq_len // page_size)
             physical = torch.tensor(rows[r][:n], device="cuda", dtype=torch.long)
@@ -556,7 +566,16 @@ def main(argv=None):
                              "(default 1, 0 with --quick)")
     parser.add_argument("--masks", default=str(REPO / "dsl" / "lib" / "standard.mask"),
                         help="mask file flexjit compiles (default: dsl/lib/standard.mask)")
+    parser.add_argument("--block-run", type=int, default=1, metavar="N",
+                        help="place a request's physical blocks in shuffled runs of N consecutive "
+                             "blocks (default 1: every block on its own; a large N: sequential)")
+    parser.add_argument("--heads-first", action="store_true",
+                        help="store each block's kv heads one after the other ([block, 2, kv "
+                             "head, slot, D], the HND order) instead of vLLM's slot-major order")
     args = parser.parse_args(argv)
+    if args.block_run < 1:
+        parser.error("--block-run must be at least 1")
+    CACHE_LAYOUT.update(block_run=args.block_run, heads_first=args.heads_first)
 
     chosen = W.select(W.workloads(), quick=args.quick, only=args.only)
     if args.list or not chosen:

@@ -340,18 +340,27 @@ def query_start_loc(workload):
     return starts
 
 
-def block_table(seq_lens, page_size, seed):
-    """A paged cache layout: each request's logical blocks get distinct physical blocks in a
-    shuffled order. Returns (rows padded with 0 to the longest, number of physical blocks)."""
+def block_table(seq_lens, page_size, seed, run=1):
+    """A paged cache layout: each request's logical blocks get distinct physical blocks, placed in
+    a shuffled order in runs of `run` consecutive blocks (1: every block on its own, as an
+    engine's free list leaves them after a while; a run as long as the requests: sequential).
+    Returns (rows padded with 0 to the longest, number of physical blocks)."""
     counts = [-(-s // page_size) for s in seq_lens]
-    physical = list(range(sum(counts)))
-    random.Random(seed).shuffle(physical)
+    runs = [(r, j, min(run, n - j)) for r, n in enumerate(counts) for j in range(0, n, run)]
+    place = list(range(len(runs)))  # run k goes to place[k] in physical order
+    random.Random(seed).shuffle(place)
+    first = [0] * len(runs)  # the first physical block of each place
+    for k, (_, _, length) in enumerate(runs):
+        if place[k] + 1 < len(runs):
+            first[place[k] + 1] = length
+    for p in range(1, len(runs)):
+        first[p] += first[p - 1]
     width = max(counts, default=0)
-    rows, start = [], 0
-    for n in counts:
-        rows.append(physical[start:start + n] + [0] * (width - n))
-        start += n
-    return rows, len(physical)
+    rows = [[0] * width for _ in counts]
+    for k, (r, j, length) in enumerate(runs):
+        for i in range(length):
+            rows[r][j + i] = first[place[k]] + i
+    return rows, sum(counts)
 
 
 def sample_rows(workload, max_rows, seed=0):
