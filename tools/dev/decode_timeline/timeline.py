@@ -35,7 +35,7 @@ def report(name, page, words, ms, tile_bytes):
     tiles = (a[:, 6] >> 32).astype(np.float64)
     cta = a[:, 7]
     span = t["end"].max()
-    print(f"== {name} page {page}: {ms:.3f} ms (median of 20), stamped span {span:.1f} us, "
+    print(f"== {name} page {page}: {ms:.3f} ms (bench.py's median), stamped span {span:.1f} us, "
           f"{len(a)} items on {len(set(cta.tolist()))} CTAs, {len(set(sm.tolist()))} SMs, "
           f"{tiles.mean():.1f} tiles per item")
     for label, lo, hi in (("listing", "start", "listed"), ("first", "listed", "first"),
@@ -91,19 +91,11 @@ def main():
     parser.add_argument("--only", default="decode_b64_4k,decode_b1_128k",
                         help="comma-separated workload names of bench.py")
     parser.add_argument("--page-size", type=int, default=16)
-    parser.add_argument("--sequential", action="store_true",
-                        help="give each request consecutive physical blocks (not shuffled)")
+    parser.add_argument("--block-run", type=int, default=1, metavar="N",
+                        help="bench.py's --block-run: physical blocks in shuffled runs of N "
+                             "(default 1; a large N: sequential)")
     args = parser.parse_args()
-    if args.sequential:
-        def sequential(seq_lens, page_size, seed):
-            counts = [-(-s // page_size) for s in seq_lens]
-            width = max(counts, default=0)
-            rows, start = [], 0
-            for n in counts:
-                rows.append(list(range(start, start + n)) + [0] * (width - n))
-                start += n
-            return rows, start
-        W.block_table = sequential
+    B.CACHE_LAYOUT["block_run"] = max(1, args.block_run)
     ctx = flexjit.Context()
     program = ctx.program_from_file(str(REPO / "dsl" / "lib" / "standard.mask"))
     buffer = torch.zeros(MAX_ITEMS * WORDS, dtype=torch.int64, device="cuda")
@@ -113,18 +105,11 @@ def main():
             continue
         inputs = B.Inputs(w)
         fn, _, _, _ = B.make_flexjit(ctx, program, inputs, args.page_size, 1)
-        for _ in range(5):
-            fn(0)
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(20):
-            buffer.zero_()
-            start.record()
-            fn(0)
-            stop.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(stop))
-        report(w.name, args.page_size, buffer.view(-1, WORDS).cpu().numpy(), float(np.median(times)),
+        ms, _ = B.gpu_time_ms(fn, 1, False)
+        buffer.zero_()  # the stamps of one more run
+        fn(0)
+        torch.cuda.synchronize()
+        report(w.name, args.page_size, buffer.view(-1, WORDS).cpu().numpy(), ms,
                64 * w.head_dim * 2 * 2)
         del inputs, fn
         torch.cuda.empty_cache()
