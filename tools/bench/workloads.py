@@ -9,6 +9,7 @@ FlexAttention's mask_mod/score_mod, the fp32 reference and the brute-force tests
 """
 
 import dataclasses
+import itertools
 import math
 import random
 from typing import Dict, Optional, Tuple
@@ -349,12 +350,10 @@ def block_table(seq_lens, page_size, seed, run=1):
     runs = [(r, j, min(run, n - j)) for r, n in enumerate(counts) for j in range(0, n, run)]
     place = list(range(len(runs)))  # run k goes to place[k] in physical order
     random.Random(seed).shuffle(place)
-    first = [0] * len(runs)  # the first physical block of each place
+    length_at = [0] * len(runs)
     for k, (_, _, length) in enumerate(runs):
-        if place[k] + 1 < len(runs):
-            first[place[k] + 1] = length
-    for p in range(1, len(runs)):
-        first[p] += first[p - 1]
+        length_at[place[k]] = length
+    first = list(itertools.accumulate(length_at, initial=0))  # each place's first block
     width = max(counts, default=0)
     rows = [[0] * width for _ in counts]
     for k, (r, j, length) in enumerate(runs):

@@ -43,8 +43,8 @@ def report(w, page, out, ms):
     sms = len(set(sm.tolist()))
     kernel_us = (t["end"].max() - t["start"].min()) / 1e3
     busy = sms * kernel_us
-    print(f"== {w.name} page {page}: {ms:.3f} ms (bench.py's median), stamped span {kernel_us:.1f} us, "
-          f"{len(a)} CTAs on {sms} SMs")
+    print(f"== {w.name} page {page}: {ms:.3f} ms (bench.py's median), stamped span "
+          f"{kernel_us:.1f} us, {len(a)} CTAs on {sms} SMs")
     for name, lo, hi in (("start", "start", "listing"), ("classify", "listing", "classified"),
                          ("barriers", "classified", "listed"), ("first", "listed", "first"),
                          ("loop", "first", "tiles"), ("epilogue", "tiles", "end"),

@@ -95,7 +95,9 @@ def main():
                         help="bench.py's --block-run: physical blocks in shuffled runs of N "
                              "(default 1; a large N: sequential)")
     args = parser.parse_args()
-    B.CACHE_LAYOUT["block_run"] = max(1, args.block_run)
+    if args.block_run < 1:
+        parser.error("--block-run must be at least 1")
+    B.CACHE_LAYOUT["block_run"] = args.block_run
     ctx = flexjit.Context()
     program = ctx.program_from_file(str(REPO / "dsl" / "lib" / "standard.mask"))
     buffer = torch.zeros(MAX_ITEMS * WORDS, dtype=torch.int64, device="cuda")
