@@ -206,6 +206,20 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(num_blocks, 15)
         self.assertIn(sequential[0], (list(range(10)), list(range(5, 15))))
 
+    def test_block_table_ascending(self):
+        seq_lens = [16 * 20, 16 * 7 + 3, 0, 16 * 12]
+        shuffled, num_blocks = W.block_table(seq_lens, 16, seed=7)
+        ascending, same_count = W.block_table(seq_lens, 16, seed=7, ascending=True)
+        self.assertEqual(same_count, num_blocks)
+        for old, new, s in zip(shuffled, ascending, seq_lens):
+            n = -(-s // 16)
+            # The same blocks per request, now in ascending order; the padding is untouched.
+            self.assertEqual(new[:n], sorted(old[:n]))
+            self.assertEqual(new[n:], old[n:])
+        # Requests still interleave: the first request's blocks are not one run.
+        first = ascending[0][:20]
+        self.assertNotEqual(first, list(range(first[0], first[0] + 20)))
+
     def test_query_start_loc_and_positions(self):
         w = small("causal", [(3, 10), (1, 5)])
         self.assertEqual(W.query_start_loc(w), [0, 3, 4])

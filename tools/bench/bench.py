@@ -124,9 +124,9 @@ def torch_params(w, device):
     return P
 
 
-# How the paged cache is laid out (--block-run, --heads-first): by default every block is placed
-# on its own in a shuffled order, in vLLM's [block, 2, slot, kv head, D].
-CACHE_LAYOUT = {"block_run": 1, "heads_first": False}
+# How the paged cache is laid out (--block-run, --heads-first, --ascending): by default every
+# block is placed on its own in a shuffled order, in vLLM's [block, 2, slot, kv head, D].
+CACHE_LAYOUT = {"block_run": 1, "heads_first": False, "ascending": False}
 
 
 class Inputs:
@@ -177,7 +177,8 @@ class Inputs:
         """(joint cache, block table) for page_size, in CACHE_LAYOUT."""
         w = self.w
         rows, num_blocks = W.block_table(self.seq_lens, page_size, seed=page_size,
-                                         run=CACHE_LAYOUT["block_run"])
+                                         run=CACHE_LAYOUT["block_run"],
+                                         ascending=CACHE_LAYOUT["ascending"])
         if CACHE_LAYOUT["heads_first"]:  # [block, 2, kv head, slot, D], seen as vLLM's order
             cache = torch.zeros((num_blocks, 2, w.num_kv_heads, page_size, w.head_dim),
                                 device="cuda", dtype=DTYPE).transpose(2, 3)
@@ -572,10 +573,14 @@ def main(argv=None):
     parser.add_argument("--heads-first", action="store_true",
                         help="store each block's kv heads one after the other ([block, 2, kv "
                              "head, slot, D], the HND order) instead of vLLM's slot-major order")
+    parser.add_argument("--ascending", action="store_true",
+                        help="give each request its blocks in ascending physical order (still "
+                             "spread over the cache among the other requests' blocks)")
     args = parser.parse_args(argv)
     if args.block_run < 1:
         parser.error("--block-run must be at least 1")
-    CACHE_LAYOUT.update(block_run=args.block_run, heads_first=args.heads_first)
+    CACHE_LAYOUT.update(block_run=args.block_run, heads_first=args.heads_first,
+                        ascending=args.ascending)
 
     chosen = W.select(W.workloads(), quick=args.quick, only=args.only)
     if args.list or not chosen:

@@ -341,10 +341,12 @@ def query_start_loc(workload):
     return starts
 
 
-def block_table(seq_lens, page_size, seed, run=1):
+def block_table(seq_lens, page_size, seed, run=1, ascending=False):
     """A paged cache layout: each request's logical blocks get distinct physical blocks, placed in
     a shuffled order in runs of `run` consecutive blocks (1: every block on its own, as an
     engine's free list leaves them after a while; a run as long as the requests: sequential).
+    With `ascending`, each request's blocks are then put in ascending physical order, as an
+    allocator that hands out blocks in order gives requests that grow together.
     Returns (rows padded with 0 to the longest, number of physical blocks)."""
     counts = [-(-s // page_size) for s in seq_lens]
     runs = [(r, j, min(run, n - j)) for r, n in enumerate(counts) for j in range(0, n, run)]
@@ -359,6 +361,9 @@ def block_table(seq_lens, page_size, seed, run=1):
     for k, (r, j, length) in enumerate(runs):
         for i in range(length):
             rows[r][j + i] = first[place[k]] + i
+    if ascending:
+        for r, n in enumerate(counts):
+            rows[r][:n] = sorted(rows[r][:n])
     return rows, sum(counts)
 
 
