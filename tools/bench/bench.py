@@ -129,6 +129,27 @@ def torch_params(w, device):
 CACHE_LAYOUT = {"block_run": 1, "heads_first": False, "ascending": False}
 
 
+def add_layout_arguments(parser):
+    """The options that set CACHE_LAYOUT (set_layout), for bench.py and the tools that run its
+    workloads."""
+    parser.add_argument("--block-run", type=int, default=1, metavar="N",
+                        help="place a request's physical blocks in shuffled runs of N consecutive "
+                             "blocks (default 1: every block on its own; a large N: sequential)")
+    parser.add_argument("--heads-first", action="store_true",
+                        help="store each block's kv heads one after the other ([block, 2, kv "
+                             "head, slot, D], the HND order) instead of vLLM's slot-major order")
+    parser.add_argument("--ascending", action="store_true",
+                        help="give each request its blocks in ascending physical order (still "
+                             "spread over the cache among the other requests' blocks)")
+
+
+def set_layout(parser, args):
+    if args.block_run < 1:
+        parser.error("--block-run must be at least 1")
+    CACHE_LAYOUT.update(block_run=args.block_run, heads_first=args.heads_first,
+                        ascending=args.ascending)
+
+
 class Inputs:
     """One workload's data. Peers: q_p [B, H, Sq, D], k_p/v_p [B, Hkv, Skv, D] (B = requests
     when all are alike, else one packed sequence). flexjit: q [tokens, H, D] and, per page
@@ -567,20 +588,9 @@ def main(argv=None):
                              "(default 1, 0 with --quick)")
     parser.add_argument("--masks", default=str(REPO / "dsl" / "lib" / "standard.mask"),
                         help="mask file flexjit compiles (default: dsl/lib/standard.mask)")
-    parser.add_argument("--block-run", type=int, default=1, metavar="N",
-                        help="place a request's physical blocks in shuffled runs of N consecutive "
-                             "blocks (default 1: every block on its own; a large N: sequential)")
-    parser.add_argument("--heads-first", action="store_true",
-                        help="store each block's kv heads one after the other ([block, 2, kv "
-                             "head, slot, D], the HND order) instead of vLLM's slot-major order")
-    parser.add_argument("--ascending", action="store_true",
-                        help="give each request its blocks in ascending physical order (still "
-                             "spread over the cache among the other requests' blocks)")
+    add_layout_arguments(parser)
     args = parser.parse_args(argv)
-    if args.block_run < 1:
-        parser.error("--block-run must be at least 1")
-    CACHE_LAYOUT.update(block_run=args.block_run, heads_first=args.heads_first,
-                        ascending=args.ascending)
+    set_layout(parser, args)
 
     chosen = W.select(W.workloads(), quick=args.quick, only=args.only)
     if args.list or not chosen:

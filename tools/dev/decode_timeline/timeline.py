@@ -91,13 +91,9 @@ def main():
     parser.add_argument("--only", default="decode_b64_4k,decode_b1_128k",
                         help="comma-separated workload names of bench.py")
     parser.add_argument("--page-size", type=int, default=16)
-    parser.add_argument("--block-run", type=int, default=1, metavar="N",
-                        help="bench.py's --block-run: physical blocks in shuffled runs of N "
-                             "(default 1; a large N: sequential)")
+    B.add_layout_arguments(parser)
     args = parser.parse_args()
-    if args.block_run < 1:
-        parser.error("--block-run must be at least 1")
-    B.CACHE_LAYOUT["block_run"] = args.block_run
+    B.set_layout(parser, args)
     ctx = flexjit.Context()
     program = ctx.program_from_file(str(REPO / "dsl" / "lib" / "standard.mask"))
     buffer = torch.zeros(MAX_ITEMS * WORDS, dtype=torch.int64, device="cuda")
