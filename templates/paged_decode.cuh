@@ -381,17 +381,21 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   __threadfence();  // order the reads of the other splits' partials after the counter
 
   // Merge in split order: the same sums in the same order whichever split finishes last.
-  // kMergeChunk splits at a time: the kParts lanes of each row read its splits' LSEs, agree on
-  // their max, and put the splits' weights in shared memory (the stages are free: every thread
-  // is past the combine). Then each thread sums 16-byte pieces of the rows over the chunk,
-  // eight splits' loads in flight: a merge of tens of splits takes a few round trips, not one
-  // per split. Slot offsets fit in 32 bits: a plan has decode_wave slots (plan_capacity: SMs
-  // times CTAs per SM, a few thousand at most) of kDecodeRows * kHeadDim floats.
+  // kMergeChunk splits at a time: the kParts lanes of each row read its splits' LSEs (the first
+  // chunk's once: they keep them in shared memory), agree on their max, and put the splits'
+  // weights in shared memory (the stages are free: every thread is past the combine). Then each
+  // thread sums 16-byte pieces of the rows over the chunk, kMergeUnroll splits' loads in
+  // flight: a merge of tens of splits takes a few round trips, not one per split. Slot offsets
+  // fit in 32 bits: a plan has decode_wave slots (plan_capacity: SMs times CTAs per SM, a few
+  // thousand at most) of kDecodeRows * kHeadDim floats.
   constexpr int kParts = kDecodeThreads / kDecodeRows;
   static_assert(kParts <= 32 && 32 % kParts == 0, "a row's lanes are lanes of one warp");
   constexpr int kMergeChunk = 64;
   constexpr int kPieces = kHeadDim / 4;  // float4 pieces of a row
   constexpr int kOwnPieces = (kDecodeRows * kPieces + kDecodeThreads - 1) / kDecodeThreads;
+  // Splits' loads in flight per piece: 16 where a thread has at most 4 pieces (head dim <= 128),
+  // fewer where more would not fit the registers.
+  constexpr int kMergeUnroll = kOwnPieces <= 4 ? 16 : 8;
   float* const weights = reinterpret_cast<float*>(stages);    // [row][kMergeChunk]
   float* const merged = weights + kDecodeRows * kMergeChunk;  // [row]: 1 / total, or 0
   const int lse_row = threadIdx.x / kParts;
@@ -400,8 +404,9 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   float merged_max = neg_inf;
   if (lse_row_valid) {
     for (int s = part; s < item.num_splits; s += kParts) {
-      merged_max = fmaxf(merged_max,
-                         __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + lse_row));
+      const float lse = __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + lse_row);
+      if (s < kMergeChunk) weights[lse_row * kMergeChunk + s] = lse;  // read back by this lane
+      merged_max = fmaxf(merged_max, lse);
     }
   }
   for (int lanes = 1; lanes < kParts; lanes *= 2)
@@ -414,7 +419,10 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
     const int c1 = min(c0 + kMergeChunk, item.num_splits);
     if (lse_row_valid) {
       for (int s = c0 + part; s < c1; s += kParts) {
-        const float lse = __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + lse_row);
+        const float lse =
+            s < kMergeChunk
+                ? weights[lse_row * kMergeChunk + s]
+                : __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + lse_row);
         const float w = merged_max == neg_inf ? 0.0f : exp2f((lse - merged_max) * kLog2e);
         weights[lse_row * kMergeChunk + s - c0] = w;
         merged_total += w;
@@ -430,7 +438,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
                               decode.partial_out + (item.partial * kDecodeRows + row) * kHeadDim) +
                           piece % kPieces;
       constexpr int kSlotStride = kDecodeRows * kPieces;  // float4s from one split's to the next
-#pragma unroll 8
+#pragma unroll(kMergeUnroll)
       for (int s = c0; s < c1; ++s) {
         const float w = weights[row * kMergeChunk + s - c0];
         const float4 x = __ldcg(src + s * kSlotStride);
