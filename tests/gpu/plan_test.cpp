@@ -74,6 +74,14 @@ TEST_CASE("planned decode matches the reference, split or not", "[gpu][plan]") {
     cases.push_back({"MQA 16/1, fp16, hd64, page 64", c});
   }
   {
+    // MQA, one long request: 79 splits of 4 tiles on an H100 (two row blocks of 16 rows in 264
+    // decode CTAs), so the merge weighs them in two chunks of at most 64.
+    auto c = decode_config("causal", 32, 1);
+    c.query_lens = {1};
+    c.context_lens = {20000};
+    cases.push_back({"MQA 32/1, one request, 20k keys", c});
+  }
+  {
     auto c = decode_config("causal", 32, 1);  // 32 rows: two row blocks sharing each split
     c.layout = flexjit::KvLayout::HND;
     c.query_lens = {1, 1};
