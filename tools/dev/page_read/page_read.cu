@@ -73,6 +73,22 @@ __device__ __forceinline__ const int* list_pages(int* listed, const int* pages, 
   return listed;
 }
 
+// The pages of item (request, split) of the per-request readers, the request's pages cut into
+// `splits` near-equal parts, listed as list_pages does.
+struct SplitPages {
+  const int* pages;
+  int count;
+};
+
+__device__ __forceinline__ SplitPages list_split(int* listed, const int* table, int pages_per_req,
+                                                 int splits, int item) {
+  const int req = item / splits, split = item % splits;
+  const int first = split * pages_per_req / splits;
+  const int count = (split + 1) * pages_per_req / splits - first;
+  return {list_pages(listed, table + static_cast<int64_t>(req) * pages_per_req + first, count),
+          count};
+}
+
 // Streams `count` tiles of kWords words through kStages cp.async stages: issue(t, stage) copies
 // tile t into its stage, and each tile is touched once it has landed. Returns the touched bits.
 template <int kWords, class Issue>
@@ -141,12 +157,10 @@ __global__ void __launch_bounds__(256)
   extern __shared__ uint4 smem[];
   unsigned acc = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int req = item / splits, split = item % splits;
-    const int first = split * pages_per_req / splits;
-    const int pages_per_split = (split + 1) * pages_per_req / splits - first;
     __shared__ int listed[kMaxListed];
-    const int* pages = list_pages(listed, table + static_cast<int64_t>(req) * pages_per_req + first,
-                                  pages_per_split);
+    const SplitPages split = list_split(listed, table, pages_per_req, splits, item);
+    const int* pages = split.pages;
+    const int pages_per_split = split.count;
     const auto issue = [&](int p, uint4* stage) {
       const uint4* src = cache + static_cast<int64_t>(pages[p]) * kWords;
       for (int c = threadIdx.x; c < kWords; c += blockDim.x)
@@ -177,12 +191,10 @@ __global__ void __launch_bounds__(256)
   unsigned acc = 0;
   unsigned phase_bits = 0;  // bit s: the parity stage s waits for next
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int req = item / splits, split = item % splits;
-    const int first = split * pages_per_req / splits;
-    const int pages_per_split = (split + 1) * pages_per_req / splits - first;
     __shared__ int listed[kMaxListed];
-    const int* pages = list_pages(listed, table + static_cast<int64_t>(req) * pages_per_req + first,
-                                  pages_per_split);
+    const SplitPages split = list_split(listed, table, pages_per_req, splits, item);
+    const int* pages = split.pages;
+    const int pages_per_split = split.count;
     auto issue = [&](int p) {
       const int s = p % kStages;
       const uint4* src = cache + static_cast<int64_t>(pages[p]) * kWords;
