@@ -13,8 +13,9 @@
 // Every reader lists its item's block-table entries in shared memory first. The block table is
 // shuffled (every page on its own) or sequential. bench/RESULTS.md has the figures.
 //
-// Build: nvcc -O3 -std=c++17 -arch=sm_90a -o page_read page_read.cu
-// Run:   page_read [requests] [keys] [rounds]: the median (and the minimum) of `rounds` runs
+// Build, from the repository root (the templates give the cp.async helpers):
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I templates -o page_read tools/dev/page_read/page_read.cu
+// Run: page_read [requests] [keys] [rounds]: the median (and the minimum) of `rounds` runs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,6 +24,8 @@
 #include <numeric>
 #include <random>
 #include <vector>
+
+#include "fj_device.cuh"  // the templates' cp.async and shared-address helpers
 
 namespace {
 
@@ -40,18 +43,6 @@ constexpr int kStages = 3;
       std::exit(1);                                                                   \
     }                                                                                 \
   } while (0)
-
-__device__ __forceinline__ void copy16(void* dst, const void* src) {
-  unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
-}
-__device__ __forceinline__ void commit() {
-  asm volatile("cp.async.commit_group;\n");
-}
-template <int N>
-__device__ __forceinline__ void wait_groups() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // Touches one word per thread of a stage, so the copies are consumed.
 __device__ __forceinline__ unsigned touch(const uint4* stage, int words) {
@@ -97,12 +88,12 @@ __device__ __forceinline__ unsigned stream_tiles(uint4* smem, int count, const I
   unsigned acc = 0;
   for (int t = 0; t < kStages - 1; ++t) {
     if (t < count) issue(t, stage(t));
-    commit();
+    fj::cp_async_commit();
   }
   for (int t = 0; t < count; ++t) {
     if (t + kStages - 1 < count) issue(t + kStages - 1, stage(t + kStages - 1));
-    commit();
-    wait_groups<kStages - 1>();
+    fj::cp_async_commit();
+    fj::cp_async_wait<kStages - 1>();
     __syncthreads();
     acc ^= touch(stage(t), kWords);
     __syncthreads();
@@ -138,10 +129,10 @@ __global__ void __launch_bounds__(128) read_by_head(const uint4* cache, const in
             cache + block * (kBlockBytes / 16) + kv * 2048 + token * 128 + head * 16 + piece;
         if constexpr (kEvictFirst)
           asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(
-                           static_cast<unsigned>(__cvta_generic_to_shared(stage + c))),
+                           fj::smem_address(stage + c)),
                        "l"(src), "l"(policy));
         else
-          copy16(stage + c, src);
+          fj::cp_async_16(stage + c, src, true);
       }
     };
     acc ^= stream_tiles<kTileWords>(smem, tiles, issue);
@@ -164,15 +155,11 @@ __global__ void __launch_bounds__(256)
     const auto issue = [&](int p, uint4* stage) {
       const uint4* src = cache + static_cast<int64_t>(pages[p]) * kWords;
       for (int c = threadIdx.x; c < kWords; c += blockDim.x)
-        copy16(stage + c, src + c);
+        fj::cp_async_16(stage + c, src + c, true);
     };
     acc ^= stream_tiles<kWords>(smem, pages_per_split, issue);
   }
   if (acc == 0x12345678u) sink[0] = acc;
-}
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
 // As read_by_block, but each page is one bulk copy issued by thread 0.
@@ -184,7 +171,7 @@ __global__ void __launch_bounds__(256)
   __shared__ alignas(8) uint64_t full[kStages];
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s)
-      asm volatile("mbarrier.init.shared.b64 [%0], 1;\n" ::"r"(smem_u32(&full[s])));
+      asm volatile("mbarrier.init.shared.b64 [%0], 1;\n" ::"r"(fj::smem_address(&full[s])));
     asm volatile("fence.mbarrier_init.release.cluster;\n");
   }
   __syncthreads();
@@ -201,8 +188,8 @@ __global__ void __launch_bounds__(256)
       asm volatile(
           "mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n"
           "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%2], [%3], %1, "
-          "[%0];\n" ::"r"(smem_u32(&full[s])),
-          "r"(kBlockBytes), "r"(smem_u32(smem + s * kWords)), "l"(src)
+          "[%0];\n" ::"r"(fj::smem_address(&full[s])),
+          "r"(kBlockBytes), "r"(fj::smem_address(smem + s * kWords)), "l"(src)
           : "memory");
     };
     if (threadIdx.x == 0)
@@ -214,7 +201,7 @@ __global__ void __launch_bounds__(256)
       asm volatile(
           "{\n.reg .pred done;\nwait:\n"
           "mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n"
-          "@!done bra wait;\n}\n" ::"r"(smem_u32(&full[s])),
+          "@!done bra wait;\n}\n" ::"r"(fj::smem_address(&full[s])),
           "r"(parity)
           : "memory");
       phase_bits ^= 1u << s;
