@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Compares the PTX of every standard kernel (tools/dev/ptx_hashes.cpp, built as
+# build/bin/flexjit_ptx_hashes) with the list saved in tools/dev/ptx_hashes.txt; with --save,
+# writes that list instead. Exit 1 when any kernel's PTX differs.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+saved=tools/dev/ptx_hashes.txt
+now=$(mktemp)
+trap 'rm -f "$now"' EXIT
+build/bin/flexjit_ptx_hashes dsl/lib/standard.mask >"$now"
+if [ "${1:-}" = "--save" ]; then
+  cp "$now" "$saved"
+  echo "ptx_hashes: saved $(wc -l <"$saved") kernels to $saved"
+  exit 0
+fi
+if diff -u "$saved" "$now"; then
+  echo "ptx_hashes: all $(wc -l <"$saved") kernels' PTX is identical to $saved"
+else
+  echo "ptx_hashes: the PTX differs from $saved (lines above)" >&2
+  exit 1
+fi
