@@ -26,8 +26,9 @@ def row(workload, impl, ms, **fields):
 RUN = {
     "meta": META,
     "rows": [
-        row("prefill_causal_16k", "flexjit page 16", 1.25, tflops=400.0),
-        row("prefill_causal_16k", "flexjit page 64", 1.0, tflops=500.0),
+        row("prefill_causal_16k", "flexjit page 16", 1.25, tflops=400.0, call_us=15.0,
+            launch_us=4.0),
+        row("prefill_causal_16k", "flexjit page 64", 1.0, tflops=500.0, call_us=25.0),
         row("prefill_causal_16k", "flex_attention", 1.5, tflops=333.3),
         row("prefill_causal_16k", "sdpa cudnn", 0.8, tflops=625.0),
         row("prefill_causal_16k", "sdpa flash", None,
@@ -115,6 +116,9 @@ class PageTest(unittest.TestCase):
         line = line_of(self.page, "| prefill_causal_16k |")
         self.assertIn("≥ 1.3× flex_attention: 1.50× met ✓", line)
         self.assertIn("≥ 1× sdpa cudnn: 0.80× missed ✗", line)
+        # Host times: the worst page counts; a page without the figure makes it n/a.
+        self.assertIn("≤ 20 µs: 25.0 missed ✗", line)
+        self.assertIn("≤ 5 µs: n/a", line)
         decode = line_of(self.page, "| decode_b1_128k |")
         self.assertIn("≥ 2800 GB/s: 2900 met ✓", decode)
 
@@ -142,7 +146,7 @@ class PageTest(unittest.TestCase):
         self.assertIn("≤ 1 us: 0.020 met ✓", memo)
 
     def test_summary_counts_and_provenance(self):
-        self.assertIn("[Prefill](#prefill): targets 1 met, 1 missed (NVIDIA H100 80GB HBM3)",
+        self.assertIn("[Prefill](#prefill): targets 1 met, 2 missed (NVIDIA H100 80GB HBM3)",
                       self.page)
         self.assertIn("[Compile path](#compile): targets 2 met, 1 missed (CPU)", self.page)
         self.assertIn("[Mixed batches (prefill chunks + decodes in one plan)](#mixed): no targets "
