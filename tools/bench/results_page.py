@@ -398,7 +398,7 @@ def main(argv=None):
     elif args.command == "compile":
         with tempfile.TemporaryDirectory() as tmp:
             raw = pathlib.Path(tmp) / "compile.json"
-            command = [args.bench, "--mask-file", str(REPO / "dsl" / "lib" / "standard.mask"),
+            command = [args.bench, "--mask-file", "dsl/lib/standard.mask",
                        "--json", str(raw)] + args.bench_args
             if subprocess.run(command, cwd=REPO).returncode != 0:
                 print("the compile benchmark failed", file=sys.stderr)
