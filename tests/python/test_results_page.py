@@ -128,6 +128,13 @@ class PageTest(unittest.TestCase):
         line = line_of(page, "| prefill_causal_16k |")
         self.assertIn("≥ 1× sdpa cudnn: n/a", line)
 
+    def test_a_failed_workload_is_a_note_not_a_peer(self):
+        rows = [row("prefill_causal_8k", "all", None, note="error: RuntimeError: out of memory")]
+        page = R.render({"prefill": {"meta": META, "rows": rows, "metadata": []}})
+        self.assertIn("| workload | flexjit | targets |", page)
+        self.assertIn("| prefill_causal_8k | n/a |", page)
+        self.assertIn("- prefill_causal_8k: error: RuntimeError: out of memory", page)
+
     def test_absolute_target_takes_the_worst_page(self):
         rows = [row("decode_b64_16k", "flexjit page 16", 1.0, gbps=2990.0),
                 row("decode_b64_16k", "flexjit page 64", 0.9, gbps=3100.0)]

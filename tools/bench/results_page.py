@@ -152,8 +152,13 @@ def workload_names(rows):
     return list(dict.fromkeys(row["workload"] for row in rows))
 
 
+# bench.py's row for a workload that failed as a whole (inputs, reference): no implementation.
+WHOLE_WORKLOAD = "all"
+
+
 def peer_names(rows):
-    return list(dict.fromkeys(row["impl"] for row in rows if not is_flexjit(row)))
+    return list(dict.fromkeys(row["impl"] for row in rows
+                              if not is_flexjit(row) and row["impl"] != WHOLE_WORKLOAD))
 
 
 def best_flexjit_ms(rows, workload):
@@ -260,6 +265,9 @@ def comparison_table(family, result, metric):
             tally[1] += mark == MISSED
         cells.append("; ".join(checks) if checks else "—")
         lines.append(_row(cells))
+        for failed in (row for row in rows
+                       if row["workload"] == workload and row["impl"] == WHOLE_WORKLOAD):
+            notes.setdefault(failed.get("note", "failed"), []).append(workload)
     for note, where in notes.items():
         lines.append("")
         lines.append(f"- {', '.join(where)}: {note}")
