@@ -1,8 +1,9 @@
-// Compile-path benchmark (DESIGN.md §9: cold compile <= 3 s per variant, disk-cache hit
-// <= 10 ms, memory hit <= 1 us). Prints one table; bench/RESULTS.md records the runs.
+// Compile-path benchmark (docs/architecture.md#targets: cold compile <= 3 s per variant,
+// disk-cache hit <= 10 ms, memory hit <= 1 us). Prints one table; with --json also writes the
+// figures, which `tools/bench/results_page.py compile` turns into bench/results/compile.json.
 //
 //   flexjit_bench_compile [--cli PATH] [--mask-file PATH] [--mask M] [--head-dim D]
-//                         [--dtype bf16|fp16] [--arch sm_90a] [--repeats N]
+//                         [--dtype bf16|fp16] [--arch sm_90a] [--repeats N] [--json PATH]
 //
 // Cold compiles and disk hits use fresh cache directories under the temp dir; the disk hit
 // from a new process runs the CLI (`flexjit compile`, by default the one next to this binary)
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
   std::string dtype = "bf16";
   std::string arch = "sm_90a";
   int repeats = 5;
+  std::string json_path;
   app.add_option("--cli", cli, "the flexjit CLI, for the new-process disk hit")
       ->capture_default_str();
   app.add_option("--mask-file", mask_file, "mask file")->capture_default_str();
@@ -107,6 +109,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "bf16 or fp16")->capture_default_str();
   app.add_option("--arch", arch, "architecture compiled for")->capture_default_str();
   app.add_option("--repeats", repeats, "runs of the slow measurements")->capture_default_str();
+  app.add_option("--json", json_path, "also write the figures as JSON to this path");
   CLI11_PARSE(app, argc, argv);
 
   const fs::path root = fs::temp_directory_path() / fmt::format("flexjit-bench-{}", ::getpid());
@@ -263,5 +266,66 @@ int main(int argc, char** argv) {
       "| memory hit: per-program request memo, find_program_kernel (mean) | {:.3f} us | - | <= 1 "
       "us |\n",
       memo_hit * 1e6);
+  if (!json_path.empty()) {
+    // {"meta": {...}, "rows": [{workload, impl, measure, value, min, unit}]}: the shape of
+    // tools/bench/bench.py's JSON, one row per measure; `value` is the median (the mean for
+    // the memory hits, whose `min` is null). Date, device and commit are added by the caller.
+    const auto quoted = [](std::string_view text) {
+      std::string out = "\"";
+      for (const char c : text) {
+        if (c == '"' || c == '\\') out += '\\';
+        if (static_cast<unsigned char>(c) >= 0x20) out += c;
+      }
+      return out + "\"";
+    };
+    const auto number = [](double value) { return fmt::format("{:.6g}", value); };
+    const auto min_of = [](const std::vector<double>& values) {
+      return *std::min_element(values.begin(), values.end());
+    };
+    struct Measure {
+      const char* workload;
+      const char* measure;
+      double value;
+      std::string min;
+      const char* unit;
+    };
+    const std::vector<Measure> measures = {
+        {"cold_compile", "cold compile (generate + NVRTC + disk write)", median(cold),
+         number(min_of(cold)), "s"},
+        {"disk_hit_new_process", "disk hit, new process (fj_kernel_create, as the CLI reports)",
+         median(disk_new_process) * 1e3, number(min_of(disk_new_process) * 1e3), "ms"},
+        {"disk_hit_process_wall", "disk hit, new process (whole `flexjit compile` process, wall)",
+         median(process_wall) * 1e3, number(min_of(process_wall) * 1e3), "ms"},
+        {"disk_hit_in_process", "disk hit, in process (KernelCache::get, empty memory cache)",
+         median(disk_in_process) * 1e3, number(min_of(disk_in_process) * 1e3), "ms"},
+        {"memory_hit_capi", "memory hit: fj_kernel_create + fj_kernel_destroy (mean)",
+         capi_hit * 1e6, "null", "us"},
+        {"memory_hit_cache_get", "memory hit: KernelCache::get of a generated spec (mean)",
+         cache_get_hit * 1e6, "null", "us"},
+        {"memory_hit_memo", "memory hit: per-program request memo, find_program_kernel (mean)",
+         memo_hit * 1e6, "null", "us"},
+    };
+    std::string json = fmt::format(
+        "{{\n \"meta\": {{\"kernel\": {}, \"source_bytes\": {}, \"repeats\": {}, "
+        "\"mask_file\": {}, \"mask\": {}, \"head_dim\": {}, \"dtype\": {}, \"arch\": {}}},\n"
+        " \"rows\": [",
+        quoted(spec.name), spec.source.size(), repeats, quoted(mask_file), quoted(mask_name),
+        head_dim, quoted(dtype), quoted(arch));
+    for (size_t i = 0; i < measures.size(); ++i) {
+      const Measure& m = measures[i];
+      json += fmt::format(
+          "{}\n  {{\"workload\": {}, \"impl\": \"flexjit\", \"measure\": {}, \"value\": {}, "
+          "\"min\": {}, \"unit\": {}}}",
+          i == 0 ? "" : ",", quoted(m.workload), quoted(m.measure), number(m.value), m.min,
+          quoted(m.unit));
+    }
+    json += "\n ],\n \"metadata\": []\n}\n";
+    std::ofstream out(json_path);
+    out << json;
+    if (!out) {
+      fmt::print(stderr, "cannot write {}\n", json_path);
+      return 1;
+    }
+  }
   return found > 0 ? 0 : 1;
 }

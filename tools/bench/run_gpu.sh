@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs the benchmark harness on the GPU machine over a copy of the tree plus the library staged
-# by tools/dev/stage_gpu.sh in .carry/lib. Logs, JSON and this run's table (report.md, to append
-# to bench/RESULTS.md on the machine that commits) go to $OUT, else /tmp/flexjit-bench. The table
-# is also appended to the tree's bench/RESULTS.md here, and printed last. Extra arguments go to
-# bench.py (e.g. --quick, --only decode).
+# by tools/dev/stage_gpu.sh in .carry/lib, then writes the run's families to bench/results/
+# (prefill.json, decode.json, ... : tools/bench/results_page.py ingest) and regenerates
+# bench/RESULTS.md from them. Logs, the whole run's JSON (bench.json), this run's table
+# (report.md) and a copy of bench/results/ and the page go to $OUT, else /tmp/flexjit-bench:
+# commit bench/results/ and bench/RESULTS.md from there on the machine that commits. Extra
+# arguments go to bench.py (e.g. --quick, --only decode); a partial run replaces only the
+# families it ran.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64:$PWD/.carry/lib:${LD_LIBRARY_PATH:-}"
@@ -14,6 +17,13 @@ out=${OUT:-/tmp/flexjit-bench}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 
-python3 tools/bench/bench.py --json "$out/bench.json" --report "$out/report.md" \
-  --append-results bench/RESULTS.md "$@" 2>&1 | tee "$out/bench.log"
-exit "${PIPESTATUS[0]}"
+python3 tools/bench/bench.py --json "$out/bench.json" --report "$out/report.md" "$@" 2>&1 |
+  tee "$out/bench.log"
+status=${PIPESTATUS[0]}
+if [[ -s "$out/bench.json" ]]; then
+  python3 tools/bench/results_page.py ingest "$out/bench.json" || status=1
+  mkdir -p "$out/results"
+  cp bench/results/*.json "$out/results/"
+  cp bench/RESULTS.md "$out/RESULTS.md"
+fi
+exit "$status"

@@ -1,0 +1,175 @@
+"""The results page generator (tools/bench/results_page.py): family files from a bench.py run,
+ratios against the peers of the run, targets met and missed, missing peers and families."""
+
+import contextlib
+import io
+import json
+import pathlib
+import tempfile
+import unittest
+
+import support  # noqa: F401  (sets sys.path)
+import results_page as R
+
+META = {"date": "2026-11-24 11:25 UTC", "device": "NVIDIA H100 80GB HBM3", "commit": "abc1234",
+        "torch": "2.11.0", "cuda": "13.0", "command": "bench.py --only causal"}
+
+
+def row(workload, impl, ms, **fields):
+    out = {"workload": workload, "impl": impl, "layout": "", "ms": ms, "note": ""}
+    out.update(fields)
+    return out
+
+
+# One bench.py run: a prefill workload (flexjit at two page sizes, flex, cuDNN, a peer that
+# could not run), a decode workload, a mixed one and one of a family the table does not know.
+RUN = {
+    "meta": META,
+    "rows": [
+        row("prefill_causal_16k", "flexjit page 16", 1.25, tflops=400.0, call_us=15.0,
+            launch_us=4.0),
+        row("prefill_causal_16k", "flexjit page 64", 1.0, tflops=500.0, call_us=25.0),
+        row("prefill_causal_16k", "flex_attention", 1.5, tflops=333.3),
+        row("prefill_causal_16k", "sdpa cudnn", 0.8, tflops=625.0),
+        row("prefill_causal_16k", "sdpa flash", None,
+            note="n/a: mask/score or ragged batch not expressible"),
+        row("decode_b1_128k", "flexjit page 16", 0.5, gbps=2900.0),
+        row("decode_b1_128k", "flex_attention", 0.55, gbps=2636.0),
+        row("mixed_4x2k_chunks+60_decodes", "flexjit page 16", 0.2),
+        row("elementwise_dilated_8k", "flexjit page 16", 2.0, tflops=100.0),
+        row("elementwise_dilated_8k", "flex_attention", 1.0, tflops=200.0),
+    ],
+    "metadata": [{"workload": "prefill_causal_16k", "launch_us": 4.0},
+                 {"workload": "decode_b1_128k", "plan_us": 2.0}],
+}
+
+COMPILE = {
+    "family": "compile",
+    "meta": dict(META, device="CPU", command="results_page.py compile", kernel="k_sm90a"),
+    "rows": [
+        {"workload": "cold_compile", "impl": "flexjit", "measure": "cold compile",
+         "value": 3.5, "min": 3.2, "unit": "s"},
+        {"workload": "disk_hit_new_process", "impl": "flexjit", "measure": "disk hit",
+         "value": 4.0, "min": 3.0, "unit": "ms"},
+        {"workload": "memory_hit_memo", "impl": "flexjit", "measure": "memo", "value": 0.02,
+         "min": None, "unit": "us"},
+    ],
+    "metadata": [],
+}
+
+
+def line_of(page, start):
+    lines = [line for line in page.splitlines() if line.startswith(start)]
+    if len(lines) != 1:
+        raise AssertionError(f"{len(lines)} lines start with {start!r} in:\n{page}")
+    return lines[0]
+
+
+class SplitTest(unittest.TestCase):
+    def test_rows_and_metadata_go_to_their_family(self):
+        parts = R.split_by_family(RUN)
+        self.assertEqual(sorted(parts), ["decode", "elementwise", "mixed", "prefill"])
+        self.assertEqual(len(parts["prefill"]["rows"]), 5)
+        self.assertEqual(parts["decode"]["metadata"], [{"workload": "decode_b1_128k",
+                                                        "plan_us": 2.0}])
+        self.assertEqual(parts["prefill"]["meta"], META)
+
+    def test_a_row_may_name_its_family(self):
+        tagged = dict(RUN, rows=[row("prefill_x", "flexjit page 16", 1.0, family="masks")],
+                      metadata=[])
+        self.assertEqual(list(R.split_by_family(tagged)), ["masks"])
+
+
+class PageTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        results = pathlib.Path(self.tmp.name) / "results"
+        page = pathlib.Path(self.tmp.name) / "RESULTS.md"
+        bench_json = pathlib.Path(self.tmp.name) / "bench.json"
+        bench_json.write_text(json.dumps(RUN))
+        (results).mkdir()
+        (results / "compile.json").write_text(json.dumps(COMPILE))
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(R.main(["--results", str(results), "--page", str(page), "ingest",
+                                     str(bench_json)]), 0)
+        self.page = page.read_text()
+        self.results = results
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_ingest_writes_one_file_per_family(self):
+        self.assertEqual(sorted(p.name for p in self.results.glob("*.json")),
+                         ["compile.json", "decode.json", "elementwise.json", "mixed.json",
+                          "prefill.json"])
+
+    def test_flexjit_pages_peers_and_ratios(self):
+        line = line_of(self.page, "| prefill_causal_16k |")
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        self.assertEqual(cells[1], "400 / 500 (page 16 / page 64)")
+        # Ratios use flexjit's best page (1.0 ms): flex 1.5 ms -> 1.50x, cuDNN 0.8 ms -> 0.80x.
+        self.assertEqual(cells[2], "333 (flexjit 1.50×)")
+        self.assertIn("625 (flexjit 0.80×)", cells)
+        self.assertIn("n/a", cells)  # sdpa flash did not run
+
+    def test_targets_met_and_missed(self):
+        line = line_of(self.page, "| prefill_causal_16k |")
+        self.assertIn("≥ 1.3× flex_attention: 1.50× met ✓", line)
+        self.assertIn("≥ 1× sdpa cudnn: 0.80× missed ✗", line)
+        # Host times: the worst page counts; a page without the figure makes it n/a.
+        self.assertIn("≤ 20 µs: 25.0 missed ✗", line)
+        self.assertIn("≤ 5 µs: n/a", line)
+        decode = line_of(self.page, "| decode_b1_128k |")
+        self.assertIn("≥ 2800 GB/s: 2900 met ✓", decode)
+
+    def test_a_missing_peer_makes_the_target_na(self):
+        slow = dict(RUN, rows=[r for r in RUN["rows"] if r["impl"] != "sdpa cudnn"])
+        page = R.render(R.split_by_family(slow))
+        line = line_of(page, "| prefill_causal_16k |")
+        self.assertIn("≥ 1× sdpa cudnn: n/a", line)
+
+    def test_a_failed_workload_is_a_note_not_a_peer(self):
+        rows = [row("prefill_causal_8k", "all", None, note="error: RuntimeError: out of memory")]
+        page = R.render({"prefill": {"meta": META, "rows": rows, "metadata": []}})
+        self.assertIn("| workload | flexjit | targets |", page)
+        self.assertIn("| prefill_causal_8k | n/a |", page)
+        self.assertIn("- prefill_causal_8k: error: RuntimeError: out of memory", page)
+
+    def test_absolute_target_takes_the_worst_page(self):
+        rows = [row("decode_b64_16k", "flexjit page 16", 1.0, gbps=2990.0),
+                row("decode_b64_16k", "flexjit page 64", 0.9, gbps=3100.0)]
+        page = R.render({"decode": {"meta": META, "rows": rows, "metadata": []}})
+        self.assertIn("≥ 3000 GB/s: 2990 missed ✗", line_of(page, "| decode_b64_16k |"))
+
+    def test_peer_notes_are_listed(self):
+        self.assertIn("- sdpa flash on prefill_causal_16k: n/a: mask/score or ragged batch "
+                      "not expressible", self.page)
+
+    def test_compile_measures_against_their_targets(self):
+        self.assertIn("≤ 3 s: 3.500 missed ✗", line_of(self.page, "| cold compile |"))
+        self.assertIn("≤ 10 ms: 4.000 met ✓", line_of(self.page, "| disk hit |"))
+        memo = line_of(self.page, "| memo |")
+        self.assertIn("| 0.020 us | — |", memo)
+        self.assertIn("≤ 1 us: 0.020 met ✓", memo)
+
+    def test_summary_counts_and_provenance(self):
+        self.assertIn("[Prefill](#prefill): targets 1 met, 2 missed (NVIDIA H100 80GB HBM3)",
+                      self.page)
+        self.assertIn("[Compile path](#compile): targets 2 met, 1 missed (CPU)", self.page)
+        self.assertIn("[Mixed batches (prefill chunks + decodes in one plan)](#mixed): no targets "
+                      "set", self.page)
+        self.assertIn("commit `abc1234`", self.page)
+        self.assertIn("command: `bench.py --only causal`", self.page)
+
+    def test_unknown_family_gets_a_section_and_a_missing_one_points_at_history(self):
+        self.assertIn('<a id="elementwise"></a>', self.page)
+        self.assertIn("100 (page 16) | 200 (flexjit 0.50×)",
+                      line_of(self.page, "| elementwise_dilated_8k |"))
+        page = R.render({})
+        self.assertIn("[Decode](#decode): not yet measured at HEAD", page)
+        self.assertIn("Not yet measured at HEAD. Last measurement: [bench/history/2026-11-24.md]"
+                      "(history/2026-11-24.md)", page)
+
+
+if __name__ == "__main__":
+    unittest.main()
