@@ -561,7 +561,7 @@ def hints_tiles(cli, mask_file, w):
     return W.computed_tiles(w, hints)
 
 
-def mask_census(inputs, tile):
+def mask_census(inputs, tile, device="cuda"):
     """(visible pairs per head, tiles with a visible pair summed over kv heads) of a one-request
     workload, from the mask predicate on the GPU: exact pairs for the family (too many for
     Python), and the truly non-empty tiles of flexjit_tile() (a tile counts when a head of its
@@ -571,21 +571,21 @@ def mask_census(inputs, tile):
     query_len, seq_len = w.requests[0]
     group = w.num_heads // w.num_kv_heads
     per_head = w.mask in W.HEAD_DEPENDENT_MASKS
-    heads = torch.arange(w.num_heads if per_head else 1, device="cuda").view(-1, 1, 1)
-    kv = torch.arange(seq_len, device="cuda").view(1, 1, -1)
+    heads = torch.arange(w.num_heads if per_head else 1, device=device).view(-1, 1, 1)
+    kv = torch.arange(seq_len, device=device).view(1, 1, -1)
     tile_q, tile_k = tile if tile else (1, 1)
     chunk = max(tile_q, (256 // tile_q) * tile_q)
     pairs, tiles = 0, 0
     offset = seq_len - query_len
     for row0 in range(0, query_len, chunk):
         rows = min(chunk, query_len - row0)
-        q = torch.arange(offset + row0, offset + row0 + rows, device="cuda").view(1, -1, 1)
+        q = torch.arange(offset + row0, offset + row0 + rows, device=device).view(1, -1, 1)
         visible = mask_fn(0, heads, q, kv, P).expand(heads.shape[0], rows, seq_len)
         pairs += int(visible.sum().item())
         if tile:
             padded_q, padded_k = -(-rows // tile_q) * tile_q, -(-seq_len // tile_k) * tile_k
             grid = torch.zeros((heads.shape[0], padded_q, padded_k), dtype=torch.bool,
-                               device="cuda")
+                               device=device)
             grid[:, :rows, :seq_len] = visible
             hit = grid.view(heads.shape[0], padded_q // tile_q, tile_q, padded_k // tile_k,
                             tile_k).any(dim=4).any(dim=2)

@@ -157,11 +157,11 @@ def fa4_t5(tSrS_ssa, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
     low, high = cute.full_like(d, 0), cute.full_like(d, 255)
     d = cute.where(d < low, low, d)
     d = cute.where(d > high, high, d)
-    d_frag = cute.make_fragment(1, cutlass.Int32)
+    d_frag = cute.make_rmem_tensor(1, cutlass.Int32)
     d_frag.store(d)
-    h_frag = cute.make_fragment(1, cutlass.Int32)
+    h_frag = cute.make_rmem_tensor(1, cutlass.Int32)
     h_frag.store(h_idx)
-    bias_frag = cute.make_fragment(1, table.element_type)
+    bias_frag = cute.make_rmem_tensor(1, table.element_type)
     bias_frag[0] = table[h_frag[0], d_frag[0]]
     return tSrS_ssa + (bias_frag.load()).to(cutlass.Float32)
 

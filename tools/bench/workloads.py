@@ -297,13 +297,13 @@ def alibi_slopes(num_heads):
 
 
 def _prefill(mask, seq_len, score=None, flexjit_mask=None, params=None, head_dim=128,
-             suffix="", quick=False):
+             suffix="", quick=False, page_sizes=(16, 64)):
     label = {"sliding": f"sliding{WINDOW}"}.get(mask, mask) if score is None else \
         f"{mask}+{score}"
     return Workload(name=f"prefill_{label}_{seq_len // 1024}k{suffix}", kind="prefill",
                     flexjit_mask=flexjit_mask or mask, mask=mask, score=score,
                     requests=((seq_len, seq_len),), params=params or {}, head_dim=head_dim,
-                    quick=quick)
+                    quick=quick, page_sizes=page_sizes)
 
 
 def workloads():
@@ -313,7 +313,7 @@ def workloads():
         short = seq_len == 8192
         docs = document_ids(document_lengths(seq_len, 512, 2048, seed=seq_len))
         out += [
-            _prefill("causal", seq_len, quick=short),
+            _prefill("causal", seq_len, quick=short, page_sizes=(16, 64, 128)),
             _prefill("sliding", seq_len, params={"window": WINDOW}, quick=short),
             _prefill("prefix_lm", seq_len, params={"prefix_len": [seq_len // 4]}),
             _prefill("rswa", seq_len, params={"prefix_len": [seq_len // 4], "window": WINDOW}),
@@ -360,7 +360,8 @@ def workloads():
 
 def family_workloads():
     """The element-wise family (issue 28) at 8k and 16k: masks of tools/bench/family.mask, one
-    request as the standard prefill workloads, flexjit at pages 16, 64 and 128."""
+    request as the standard prefill workloads, flexjit at pages 16, 64 and 128. Named
+    family_8k_* and family_16k_*, so that `--only family_8k` selects one length."""
     out = []
     for seq_len in (8192, 16384):
         params = {
@@ -372,12 +373,12 @@ def family_workloads():
         }
         for mask in FAMILY_MASKS:
             out.append(Workload(
-                name=f"family_{mask}_{seq_len // 1024}k", kind="prefill", flexjit_mask=mask,
+                name=f"family_{seq_len // 1024}k_{mask}", kind="prefill", flexjit_mask=mask,
                 mask=mask, score=None, requests=((seq_len, seq_len),),
                 params=params.get(mask, {}), page_sizes=(16, 64, 128), mask_file=FAMILY_FILE,
                 runs_scale=0.5, quick=seq_len == 8192 and mask == "dilated"))
         out.append(Workload(
-            name=f"family_causal+t5_{seq_len // 1024}k", kind="prefill",
+            name=f"family_{seq_len // 1024}k_causal+t5", kind="prefill",
             flexjit_mask="causal_t5", mask="causal", score="t5", requests=((seq_len, seq_len),),
             params={"t5_bias": t5_table(Workload.num_heads)}, page_sizes=(16, 64, 128),
             mask_file=FAMILY_FILE, runs_scale=0.5))
