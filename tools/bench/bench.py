@@ -3,7 +3,7 @@
 same run (issues 7 and 28).
 
     PYTHONPATH=tools/python python3 tools/bench/bench.py [--quick] [--only NAME[,NAME]]
-        [--json PATH] [--report PATH] [--no-fa4] [--flexjit-cli PATH]
+        [--json PATH] [--report PATH] [--no-fa4] [--flexjit-cli PATH] [--time-limit S]
 
 `--only family` runs the element-wise family (tools/bench/family.mask), `--only standard`
 everything else; other words select workloads by name.
@@ -771,6 +771,9 @@ def main(argv=None):
     parser.add_argument("--masks", default=str(REPO / "dsl" / "lib" / "standard.mask"),
                         help="mask file flexjit compiles for the standard workloads (default: "
                              "dsl/lib/standard.mask; the family's is tools/bench/family.mask)")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="start no workload after SECONDS (the rest are listed as skipped), "
+                             "so that a run inside a time box still writes its table")
     parser.add_argument("--no-fa4", action="store_true",
                         help="leave FlashAttention-4 out (its rows read n/a)")
     parser.add_argument("--flexjit-cli", metavar="PATH",
@@ -820,7 +823,18 @@ def main(argv=None):
     ctx = flexjit.Context()
     programs = {}
     rows, metadata_rows = [], []
+    def write_json():
+        if args.json:
+            pathlib.Path(args.json).write_text(json.dumps(
+                {"meta": meta, "rows": rows, "metadata": metadata_rows}, indent=1, default=str))
+
     for w in chosen:
+        if args.time_limit and time.perf_counter() - started > args.time_limit:
+            rows.append({"workload": w.name, "impl": "all", "ms": None,
+                         "note": f"skipped: --time-limit {args.time_limit:g} s reached"})
+            metadata_rows.append({"workload": w.name})
+            log(f"{w.name}: skipped (time limit)")
+            continue
         try:
             mask_file = str(REPO / w.mask_file) if w.mask_file else args.masks
             if mask_file not in programs:
@@ -836,12 +850,11 @@ def main(argv=None):
         rows += results
         metadata_rows.append(meta_row)
         log(f"{w.name} done, {time.perf_counter() - started:.0f} s elapsed")
+        write_json()  # after every workload: a run cut short still leaves its figures
     W.add_ratios(rows)
     meta["elapsed_s"] = time.perf_counter() - started
     text = W.report(meta, rows, metadata_rows, chosen)
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(
-            {"meta": meta, "rows": rows, "metadata": metadata_rows}, indent=1, default=str))
+    write_json()
     if args.report:
         pathlib.Path(args.report).write_text(text)
     print(f"\n(total {meta['elapsed_s']:.0f} s)\n")
