@@ -271,7 +271,25 @@ def make(torch, inputs, spec, aux, page_size, copies, quick, head_dependent):
                                           **options))
 
     t0 = time.perf_counter()
-    out = fn(0)
+    try:
+        out = fn(0)
+    except Exception as first:
+        if page_size is None or sparse is not None:
+            raise
+        # The form the README saw work: q packed [tokens, H, D] with cu_seqlens_q (block
+        # sparsity would need its varlen layout, so only the native runs fall back to it).
+        cu_seqlens_q = torch.arange(0, (B + 1) * S, S, dtype=torch.int32, device=q.device)
+        packed = [(qi.reshape(B * S, H, D), ki, vi) for qi, ki, vi in data]
+
+        def fn(i):
+            qi, ki, vi = packed[i]
+            return _first(fa4.varlen_func(
+                qi, ki, vi, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=S, seqused_k=seqused,
+                page_table=table, **options)).view(B, S, H, D)
+
+        out = fn(0)
+        extra["note"] = (f"q as [tokens, H, D] with cu_seqlens_q ([B, S, H, D] failed: "
+                         f"{type(first).__name__}: {str(first).splitlines()[0][:80]})")
     torch.cuda.synchronize()
     extra["compile_s"] = time.perf_counter() - t0
     if tuple(out.shape) != (B, S, H, D):
