@@ -136,7 +136,8 @@ def fa4_random_bits(batch, head, q_idx, kv_idx, seqlen_info, aux_tensors):
     bits = aux_tensors[0]  # int32 [seq_len, seq_len / 16], 16 bits per word
     word = bits[q_idx[0], kv_idx[0] // 16]
     bit = (word >> (kv_idx[0] % 16)) & 1
-    return (q_idx >= kv_idx) & (utils.scalar_to_ssa(bit, cutlass.Int32) > _i(0))
+    own = q_idx == kv_idx  # the query's own key: no row is empty
+    return (q_idx >= kv_idx) & (own | (utils.scalar_to_ssa(bit, cutlass.Int32) > _i(0)))
 
 
 def fa4_streaming(batch, head, q_idx, kv_idx, seqlen_info, aux_tensors):

@@ -125,7 +125,7 @@ def bigbird(b, h, q, kv, P):
 
 def random_bits(b, h, q, kv, P):
     word = P.bits(q, kv // BITS_PER_WORD)
-    return (q >= kv) & (((word >> (kv % BITS_PER_WORD)) & 1) == 1)
+    return (q >= kv) & ((q == kv) | (((word >> (kv % BITS_PER_WORD)) & 1) == 1))
 
 
 def streaming(b, h, q, kv, P):
@@ -160,7 +160,8 @@ MASK_SOURCE.update({
     "bigbird": f"|q // {BIGBIRD_BLOCK} - kv // {BIGBIRD_BLOCK}| <= 1 | q // {BIGBIRD_BLOCK} "
                f"< {BIGBIRD_GLOBAL} | kv // {BIGBIRD_BLOCK} < {BIGBIRD_GLOBAL} | "
                f"random_block[q // {BIGBIRD_BLOCK}, kv // {BIGBIRD_BLOCK}]",
-    "random_bits": f"q >= kv & bit kv % {BITS_PER_WORD} of bits[q, kv // {BITS_PER_WORD}]",
+    "random_bits": f"q >= kv & (q == kv | bit kv % {BITS_PER_WORD} of "
+                   f"bits[q, kv // {BITS_PER_WORD}])",
     "streaming": f"q >= kv & (kv < {SINKS} | q - kv < window)",
     "head_windows": "q >= kv & q - kv < head_window[h]",
     "t5": f"score + t5_bias[h, clamp(q - kv, 0, {T5_DISTANCES - 1})]",
