@@ -9,7 +9,7 @@ same run (issues 7 and 28).
 everything else; other words select workloads by name.
 
 Per workload (tools/bench/workloads.py): builds the inputs once; runs flexjit paged (page 16
-and 64, and 128 for the family; shuffled block table, joint K/V cache) and the peers on
+and 64, and 128 for causal and the family; shuffled block table, joint K/V cache) and the peers on
 contiguous [B, H, S, D] copies of the same data, FA4 also paged on the same block table at the
 same page sizes; checks every output against an fp32 reference on sampled rows and against
 flex_attention's and flexjit's whole outputs; times each with CUDA events (median over many

@@ -211,7 +211,6 @@ def make(torch, inputs, spec, aux, page_size, copies, quick, head_dependent):
     paged cache of bench.py's Inputs.paged (same shuffled block table as flexjit), split into
     K and V caches [pages, page, H_kv, D], through flash_attn_varlen_func with page_table."""
     fa4 = load()
-    w = inputs.w
     B, H, S, D = inputs.q_p.shape
     mask_mod = fa4.masks[spec["mask"]] if spec["mask"] else None
     score_mod = fa4.scores[spec["score"]] if spec["score"] else None
