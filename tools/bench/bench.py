@@ -3,7 +3,8 @@
 same run (issues 7 and 28).
 
     PYTHONPATH=tools/python python3 tools/bench/bench.py [--quick] [--only NAME[,NAME]]
-        [--json PATH] [--report PATH] [--no-fa4] [--flexjit-cli PATH] [--time-limit S]
+        [--json PATH] [--report PATH] [--no-fa4] [--fa4-pages LIST] [--flexjit-cli PATH]
+        [--time-limit S]
 
 `--only family` runs the element-wise family (tools/bench/family.mask), `--only standard`
 everything else; other words select workloads by name.
@@ -602,7 +603,8 @@ def mask_census(inputs, tile, device="cuda"):
 
 # --- one workload --------------------------------------------------------------------------------
 
-def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, fa4=True):
+def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, fa4=True,
+                 fa4_pages=None):
     log(f"{w.name}: building inputs")
     inputs = Inputs(w)
     tile = W.flexjit_tile(w) if (w.kind == "prefill" and len(w.requests) == 1) else None
@@ -641,8 +643,9 @@ def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, 
         impls += [(f"sdpa {name}", "contiguous", lambda b=backend: make_sdpa(inputs, b, copies))
                   for name, backend in (("flash", "FLASH_ATTENTION"),
                                         ("cudnn", "CUDNN_ATTENTION"))]
+    pages = tuple(p for p in w.page_sizes if fa4_pages is None or p in fa4_pages)
     for label, spec in fa4_peer.plan(w):
-        for page in (None,) + tuple(w.page_sizes):
+        for page in (None,) + pages:
             layout = "contiguous" if page is None else f"paged {page}, page_table"
             impls.append((f"fa4 {label}" + ("" if page is None else f" page {page}"), layout,
                           lambda s=spec, p=page: make_fa4(inputs, s, p, copies, quick, fa4)))
@@ -774,6 +777,9 @@ def main(argv=None):
     parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                         help="start no workload after SECONDS (the rest are listed as skipped), "
                              "so that a run inside a time box still writes its table")
+    parser.add_argument("--fa4-pages", metavar="LIST",
+                        help="page sizes FA4 runs paged at, among each workload's (comma-"
+                             "separated, or 'none': contiguous only; default: all of them)")
     parser.add_argument("--no-fa4", action="store_true",
                         help="leave FlashAttention-4 out (its rows read n/a)")
     parser.add_argument("--flexjit-cli", metavar="PATH",
@@ -813,6 +819,10 @@ def main(argv=None):
         except fa4_peer.Unavailable as reason:
             meta["fa4"] = f"n/a: {reason}"
         log(f"FA4: {meta['fa4']}")
+    fa4_pages = None
+    if args.fa4_pages is not None:
+        fa4_pages = set() if args.fa4_pages == "none" else \
+            {int(p) for p in args.fa4_pages.split(",") if p}
     cli = flexjit_cli(args.flexjit_cli)
     meta["flexjit_cli"] = str(cli) if cli else None
     log(f"flexjit CLI for tile maps: {cli or 'none (tiles from the predicate)'}")
@@ -840,7 +850,7 @@ def main(argv=None):
             if mask_file not in programs:
                 programs[mask_file] = ctx.program_from_file(mask_file)
             results, meta_row = run_workload(w, ctx, programs[mask_file], mask_file, l2_bytes,
-                                             args.quick, settle, cli, fa4)
+                                             args.quick, settle, cli, fa4, fa4_pages)
         except Exception as error:
             traceback.print_exc()
             results = [{"workload": w.name, "impl": "all", "ms": None,
