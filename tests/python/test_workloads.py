@@ -94,6 +94,14 @@ class WorkloadTableTest(unittest.TestCase):
         self.assertEqual([w.name for w in W.select(ws, only="decode_b1_128k,decode_b4_128k")],
                          ["decode_b1_128k", "decode_b4_128k"])
         self.assertEqual(W.select(ws, only="nothing"), [])
+        family = W.select(ws, only="family")
+        self.assertEqual(len(family), 2 * (len(W.FAMILY_MASKS) + 1))
+        self.assertTrue(all(w.family and w.page_sizes == (16, 64, 128) for w in family))
+        standard = W.select(ws, only="standard")
+        self.assertEqual(len(standard) + len(family), len(ws))
+        self.assertFalse(any(w.family for w in standard))
+        self.assertEqual([w.name for w in W.select(ws, only="standard,prefill_causal_8k")],
+                         ["prefill_causal_8k"])
 
 
 class FlexjitArgumentsTest(unittest.TestCase):
@@ -147,14 +155,19 @@ class FlexjitArgumentsTest(unittest.TestCase):
 
     @unittest.skipUnless(library_available(), "libflexjit_runtime.so not found")
     def test_flexjit_takes_every_workload(self):
-        # What bench.py asks flexjit for, checked against the real standard.mask: each
-        # workload's mask or variant compiles, and its arguments match the declarations.
+        # What bench.py asks flexjit for, checked against the real standard.mask and
+        # tools/bench/family.mask: each workload's mask or variant compiles, and its arguments
+        # match the declarations.
         ctx = flexjit.Context()
-        program = ctx.program_from_file(str(support.REPO / "dsl" / "lib" / "standard.mask"))
+        programs = {}
         types = {"int32": ParamType.INT_ARRAY, "float32": ParamType.FLOAT_ARRAY}
         compiled = set()
         for w in W.workloads():
             with self.subTest(workload=w.name):
+                path = w.mask_file or "dsl/lib/standard.mask"
+                if path not in programs:
+                    programs[path] = ctx.program_from_file(str(support.REPO / path))
+                program = programs[path]
                 scalars, arrays = W.flexjit_arguments(w)
                 program.param_values(scalars)
                 for name, (dtype, rows) in arrays.items():
@@ -167,6 +180,8 @@ class FlexjitArgumentsTest(unittest.TestCase):
                         need = {"b": len(w.requests), "h": w.num_heads,
                                 "kv": max(s for _, s in w.requests)}.get(dim, 0)
                         self.assertGreaterEqual(extent, need, dim)
+                if "bits_seed" in w.params:  # built by bench.py: [seq_len, seq_len / 16]
+                    self.assertEqual(program.param_info("bits").type, ParamType.INT_ARRAY)
                 key = (w.flexjit_mask, tuple(sorted(W.flexjit_defines(w).items())))
                 if key not in compiled:
                     kernel = ctx.kernel(program, w.flexjit_mask, defines=W.flexjit_defines(w),
@@ -175,7 +190,7 @@ class FlexjitArgumentsTest(unittest.TestCase):
                     compiled.add(key)
         self.assertEqual({mask for mask, _ in compiled},
                          {"causal", "sliding", "prefix_lm", "rswa", "document", "causal_softcap",
-                          "causal_alibi"})
+                          "causal_alibi", "causal_t5"} | set(W.FAMILY_MASKS))
 
 
 class LayoutTest(unittest.TestCase):
@@ -260,7 +275,7 @@ class TableTest(unittest.TestCase):
         table = W.results_table(rows)
         lines = table.splitlines()
         self.assertEqual(len(lines), 2 + len(rows))
-        self.assertTrue(all(line.count(" | ") == 9 for line in lines if line[:2] == "| "))
+        self.assertTrue(all(line.count(" | ") == 11 for line in lines if line[:2] == "| "))
         self.assertIn("| 1.50 |", lines[4])
         self.assertIn("3.0e-03", lines[4])
         self.assertIn("n/a: no mask named `prefix_lm`", lines[5])

@@ -1,14 +1,46 @@
 #!/usr/bin/env python3
-"""flexjit against PyTorch FlexAttention and SDPA on the same GPU, same data, same run (issue 7).
+"""flexjit against PyTorch FlexAttention, SDPA and FlashAttention-4 on the same GPU, same data,
+same run (issues 7 and 28).
 
     PYTHONPATH=tools/python python3 tools/bench/bench.py [--quick] [--only NAME[,NAME]]
-        [--append-results bench/RESULTS.md] [--json PATH]
+        [--json PATH] [--report PATH] [--no-fa4] [--fa4-pages LIST] [--flexjit-cli PATH]
+        [--time-limit S]
+
+`--only family` runs the element-wise family (tools/bench/family.mask), `--only standard`
+everything else; other words select workloads by name.
 
 Per workload (tools/bench/workloads.py): builds the inputs once; runs flexjit paged (page 16
-and 64, shuffled block table, joint K/V cache) and the peers on contiguous [B, H, S, D] copies
-of the same data; checks every output against an fp32 reference on sampled rows and against
-flex_attention's whole output; times each with CUDA events (median over many runs after
-warm-up, inputs rotated among copies so L2 does not flatter); prints one table last.
+and 64, and 128 for causal and the family; shuffled block table, joint K/V cache) and the peers on
+contiguous [B, H, S, D] copies of the same data, FA4 also paged on the same block table at the
+same page sizes; checks every output against an fp32 reference on sampled rows and against
+flex_attention's and flexjit's whole outputs; times each with CUDA events (median over many
+runs after warm-up, inputs rotated among copies so L2 does not flatter); prints one table last.
+Every figure of a workload comes from this one process.
+
+FA4 (flash-attn-4, CuTe DSL) is optional: fa4_peer.py imports it from $FA4_SITE (default
+/tmp/fa4site, unpacked as ../shared/peers/fa4/README.md says); without it its rows read n/a
+with the reason.
+
+JSON (--json): {"meta": ..., "rows": [...], "metadata": [...]}. A row is one (workload,
+implementation): workload, impl, layout, ms (median kernel time), runs, tflops (visible-pair
+FLOP / time, 10^12/s), gbps (K/V bytes that must be read / time, 10^9/s), err_ref (max |out -
+fp32 ref| / max |ref| on sampled rows), diff_flex (the same against flex_attention's whole
+output), ratio (this impl's time / flexjit's best: > 1, flexjit is faster), note, pairs
+(visible pairs per head; the mean over heads for a mask that reads h), flop, kv_bytes, copies,
+and per implementation launch_us, call_us, plan_us, run_us, graph_ms (flexjit), block_mask_ms,
+block_mask_first_ms, compile_s (flex). Added by issue 28:
+- diff_flexjit: max |out - flexjit's out| / max |flexjit's out| over the whole output, on every
+  peer row (flexjit's output: its first page size that ran);
+- tiles (flexjit rows): tiles flexjit's kernel computes (full or partial), summed over kv heads;
+  tile (string "QxK": query positions x keys; 128 rows of the MMA = Q positions x the GQA
+  group); tiles_source ("flexjit hints": the library's own tile map through the CLI;
+  "predicate": tiles with a visible pair, counted on the GPU, where the CLI is missing);
+  dense_flop (4 * head_dim * 128 * K per computed tile) and dense_tflops (dense_flop / time,
+  10^12/s): the throughput over computed tiles, partial tiles counted whole;
+- FA4 rows (impl "fa4 ..."): block_sparsity_ms (median of FA4's compute_block_sparsity, ms,
+  not in ms), block_sparsity_first_ms (its first call, compile included), compile_s (the first
+  attention call, s, compile included), fa4_version;
+- runs_scale of the workload is in the metadata rows (the family times half the usual runs).
 """
 
 import argparse
@@ -30,6 +62,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tools" / "python"))
 
+import fa4_peer  # noqa: E402  (imports nothing heavy until load())
 import workloads as W  # noqa: E402
 
 import torch  # noqa: E402
@@ -50,10 +83,11 @@ def log(message):
 
 # --- timing --------------------------------------------------------------------------------------
 
-def gpu_time_ms(fn, copies, quick):
+def gpu_time_ms(fn, copies, quick, scale=1.0):
     """Median GPU time of fn(i) in ms, i cycling over `copies` input copies. Each run is timed
     by its own pair of events; the GPU first sleeps while the host enqueues every run, so host
-    launch overhead is not counted (kernel time, as triton.testing.do_bench measures)."""
+    launch overhead is not counted (kernel time, as triton.testing.do_bench measures). `scale`
+    shortens the warm-up and the timed runs (the family's workloads take half)."""
     fn(0)
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -63,8 +97,8 @@ def gpu_time_ms(fn, copies, quick):
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 3, 1e-3)
-    warmup = int(min(max(25 / estimate, 2), 50))
-    runs = int(min(max((60 if quick else 200) / estimate, 10), 30 if quick else 100))
+    warmup = int(min(max(25 * scale / estimate, 2), 50))
+    runs = int(min(max((60 if quick else 200) * scale / estimate, 10), 30 if quick else 100))
     for i in range(warmup):
         fn(i % copies)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
@@ -121,7 +155,28 @@ def torch_params(w, device):
     P.prefix_len = lambda b: prefix[b]
     P.doc = lambda b, pos: doc[b, pos]
     P.slope = lambda h: slopes[h]
+    family = {name: torch.tensor(p[name], dtype=torch.float32 if name == "t5_bias"
+                                 else torch.int32, device=device)
+              for name in W.FAMILY_ARRAY_PARAMS if name in p}
+    P.arrays = dict(family)
+    if "bits_seed" in p:
+        P.arrays["bits"] = random_bits_array(w, p["bits_seed"], device)
+    P.global_token = lambda pos: family["global_token"][pos]
+    P.random_block = lambda qb, kb: family["random_block"][qb, kb]
+    P.bits = lambda q, j: P.arrays["bits"][q, j]
+    P.head_window = lambda h: family["head_window"][h]
+    P.t5_bias = lambda h, d: family["t5_bias"][h, d.clamp(0, W.T5_DISTANCES - 1)]
     return P
+
+
+def random_bits_array(w, seed, device):
+    """The random_bits mask's bits int32 [seq_len, seq_len / 16] (W.random_word), built on the
+    GPU in int64 and stored as int32 (every word fits in 16 bits)."""
+    seq_len = max(s for _, s in w.requests)
+    words = -(-seq_len // W.BITS_PER_WORD)
+    q = torch.arange(seq_len, device=device, dtype=torch.int64).view(-1, 1)
+    j = torch.arange(words, device=device, dtype=torch.int64).view(1, -1)
+    return W.random_word(seed, q, j).to(torch.int32).contiguous()
 
 
 # How the paged cache is laid out (--block-run, --heads-first, --ascending): by default every
@@ -263,12 +318,16 @@ def relative_error(out_rows, ref_rows):
 # Each make_* returns (fn(i) -> output of copy i, rows(output, r, rows) -> [H, n, D],
 # tokens(output) -> [tokens, H, D], extra dict) or raises NotAvailable.
 
-def flexjit_arrays(w, device):
-    """flexjit's scalar params and array params of workload w, the arrays as device tensors."""
+def flexjit_arrays(w, device, P=None):
+    """flexjit's scalar params and array params of workload w, the arrays as device tensors
+    (the family's bits array: P's, the one the peers read)."""
     scalars, specs = W.flexjit_arguments(w)
     dtypes = {"int32": torch.int32, "float32": torch.float32}
     arrays = {name: torch.tensor(rows, dtype=dtypes[dtype], device=device).contiguous()
               for name, (dtype, rows) in specs.items()}
+    if "bits_seed" in w.params:
+        arrays["bits"] = P.arrays["bits"] if P is not None else \
+            random_bits_array(w, w.params["bits_seed"], device)
     return scalars, arrays
 
 
@@ -281,7 +340,7 @@ def make_flexjit(ctx, program, inputs, page_size, copies):
         if error.status in (flexjit.Status.NOT_FOUND, flexjit.Status.UNSUPPORTED):
             raise NotAvailable(error.message.strip().splitlines()[0]) from None
         raise
-    params, arrays = flexjit_arrays(w, "cuda")
+    params, arrays = flexjit_arrays(w, "cuda", inputs.P)
     try:  # the mask file may lack a parameter the workload sets
         program.param_values(params)
         for name in arrays:
@@ -404,6 +463,7 @@ def make_flex(inputs, copies, quick):
 
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     global _flex_compiled
+    w = inputs.w
     if _flex_compiled is None:
         _flex_compiled = torch.compile(flex_attention, dynamic=False)
     mask_mod, score_mod = flex_mods(inputs)
@@ -412,8 +472,10 @@ def make_flex(inputs, copies, quick):
     if "_compile" in inspect.signature(create_block_mask).parameters:
         options["_compile"] = True
 
+    heads = w.num_heads if w.mask in W.HEAD_DEPENDENT_MASKS else None  # None: broadcast
+
     def build():
-        return create_block_mask(mask_mod, B=None, H=None, Q_LEN=q_len, KV_LEN=kv_len,
+        return create_block_mask(mask_mod, B=None, H=heads, Q_LEN=q_len, KV_LEN=kv_len,
                                  device="cuda", **options)
 
     t0 = time.perf_counter()
@@ -476,12 +538,94 @@ def make_sdpa(inputs, backend, copies):
     return fn, peer_rows(inputs), inputs.to_tokens, {"note": note}
 
 
+# --- tiles and pairs -----------------------------------------------------------------------------
+
+def flexjit_cli(explicit=None):
+    """The flexjit CLI for `flexjit hints`: --flexjit-cli, $FLEXJIT_CLI, .carry/bin/flexjit (as
+    tools/dev/stage_gpu.sh stages it), build/bin/flexjit; None if none is there."""
+    for path in (explicit, os.environ.get("FLEXJIT_CLI"), REPO / ".carry" / "bin" / "flexjit",
+                 REPO / "build" / "bin" / "flexjit"):
+        if path and pathlib.Path(path).is_file() and os.access(path, os.X_OK):
+            return pathlib.Path(path)
+    return None
+
+
+def hints_tiles(cli, mask_file, w):
+    """W.computed_tiles through the CLI: the library's own tile map of the workload."""
+    command = W.hints_command(cli, mask_file, w)
+
+    def hints(extra):
+        done = subprocess.run(command + extra, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"flexjit hints: {done.stderr.strip().splitlines()[:1]}")
+        return json.loads(done.stdout)
+    return W.computed_tiles(w, hints)
+
+
+def mask_census(inputs, tile, device="cuda"):
+    """(visible pairs per head, tiles with a visible pair summed over kv heads) of a one-request
+    workload, from the mask predicate on the GPU: exact pairs for the family (too many for
+    Python), and the truly non-empty tiles of flexjit_tile() (a tile counts when a head of its
+    kv head's group sees a pair in it), or None for tile None."""
+    w, P = inputs.w, inputs.P
+    mask_fn = W.MASKS[w.mask]
+    query_len, seq_len = w.requests[0]
+    group = w.num_heads // w.num_kv_heads
+    per_head = w.mask in W.HEAD_DEPENDENT_MASKS
+    heads = torch.arange(w.num_heads if per_head else 1, device=device).view(-1, 1, 1)
+    kv = torch.arange(seq_len, device=device).view(1, 1, -1)
+    tile_q, tile_k = tile if tile else (1, 1)
+    chunk = max(tile_q, (256 // tile_q) * tile_q)
+    pairs, tiles = 0, 0
+    offset = seq_len - query_len
+    for row0 in range(0, query_len, chunk):
+        rows = min(chunk, query_len - row0)
+        q = torch.arange(offset + row0, offset + row0 + rows, device=device).view(1, -1, 1)
+        visible = mask_fn(0, heads, q, kv, P).expand(heads.shape[0], rows, seq_len)
+        pairs += int(visible.sum().item())
+        if tile:
+            padded_q, padded_k = -(-rows // tile_q) * tile_q, -(-seq_len // tile_k) * tile_k
+            grid = torch.zeros((heads.shape[0], padded_q, padded_k), dtype=torch.bool,
+                               device=device)
+            grid[:, :rows, :seq_len] = visible
+            hit = grid.view(heads.shape[0], padded_q // tile_q, tile_q, padded_k // tile_k,
+                            tile_k).any(dim=4).any(dim=2)
+            if per_head:
+                tiles += int(hit.view(w.num_kv_heads, group, *hit.shape[1:]).any(dim=1)
+                             .sum().item())
+            else:
+                tiles += int(hit.sum().item()) * w.num_kv_heads
+        del visible
+    heads_counted = w.num_heads if per_head else 1
+    mean = pairs // heads_counted if pairs % heads_counted == 0 else pairs / heads_counted
+    return mean, (tiles if tile else None)
+
+
 # --- one workload --------------------------------------------------------------------------------
 
-def run_workload(w, ctx, program, l2_bytes, quick, settle):
+def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, fa4=True,
+                 fa4_pages=None):
     log(f"{w.name}: building inputs")
     inputs = Inputs(w)
-    pairs = W.visible_pairs(w)
+    tile = W.flexjit_tile(w) if (w.kind == "prefill" and len(w.requests) == 1) else None
+    census = None
+    if w.family:
+        census = mask_census(inputs, tile)
+        pairs = census[0]
+    else:
+        pairs = W.visible_pairs(w)
+    tiles, tiles_source = None, None
+    if tile is not None:
+        try:
+            if cli is None:
+                raise RuntimeError("no flexjit CLI")
+            tiles, tiles_source = hints_tiles(cli, mask_file, w), "flexjit hints"
+        except Exception as error:  # the predicate's count: a floor under the kernel's
+            log(f"{w.name}: tiles from the predicate ({type(error).__name__}: "
+                f"{str(error)[:120]})")
+            if census is None or census[1] is None:
+                census = mask_census(inputs, tile)
+            tiles, tiles_source = census[1], "predicate"
     flop, nbytes = W.flops(w, pairs), W.kv_bytes(w)
     per_copy = sum(t.numel() * t.element_size() for t in (inputs.q_p, inputs.k_p, inputs.v_p))
     copies = W.rotation_copies(per_copy, l2_bytes)
@@ -495,10 +639,18 @@ def run_workload(w, ctx, program, l2_bytes, quick, settle):
               lambda p=p: make_flexjit(ctx, program, inputs, p, copies)) for p in w.page_sizes]
     impls += [("flex_attention", "contiguous" + ("" if w.uniform else ", packed"),
                lambda: make_flex(inputs, copies, quick))]
-    impls += [(f"sdpa {name}", "contiguous", lambda b=backend: make_sdpa(inputs, b, copies))
-              for name, backend in (("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"))]
+    if not w.family:
+        impls += [(f"sdpa {name}", "contiguous", lambda b=backend: make_sdpa(inputs, b, copies))
+                  for name, backend in (("flash", "FLASH_ATTENTION"),
+                                        ("cudnn", "CUDNN_ATTENTION"))]
+    pages = tuple(p for p in w.page_sizes if fa4_pages is None or p in fa4_pages)
+    for label, spec in fa4_peer.plan(w):
+        for page in (None,) + pages:
+            layout = "contiguous" if page is None else f"paged {page}, page_table"
+            impls.append((f"fa4 {label}" + ("" if page is None else f" page {page}"), layout,
+                          lambda s=spec, p=page: make_fa4(inputs, s, p, copies, quick, fa4)))
 
-    results, outputs, meta = [], {}, {"workload": w.name}
+    results, outputs, meta = [], {}, {"workload": w.name, "runs_scale": w.runs_scale}
     for impl, layout, make in impls:
         row = {"workload": w.name, "impl": impl, "layout": layout, "ms": None}
         results.append(row)
@@ -516,44 +668,72 @@ def run_workload(w, ctx, program, l2_bytes, quick, settle):
             # predecessor's power draw left, and one timed after a long compile does not.
             torch.cuda.synchronize()
             time.sleep(settle)
-            row["ms"], row["runs"] = gpu_time_ms(fn, copies, quick)
+            row["ms"], row["runs"] = gpu_time_ms(fn, copies, quick, w.runs_scale)
             if "graph" in extra:
                 # The captured run, timed as the kernel was (from an idle GPU, as many runs),
                 # so that the two compare; it replays the first input copy only.
                 graph = extra.pop("graph")
                 torch.cuda.synchronize()
                 time.sleep(settle)
-                extra["graph_ms"] = gpu_time_ms(lambda i: graph.replay(), 1, quick)[0]
+                extra["graph_ms"] = gpu_time_ms(lambda i: graph.replay(), 1, quick,
+                                                w.runs_scale)[0]
                 del graph
             row["tflops"] = flop / row["ms"] / 1e9
             row["gbps"] = nbytes / row["ms"] / 1e6
             row["note"] = extra.pop("note", "")
             row.update(extra)
+            if impl.startswith("flexjit") and tiles is not None:
+                row.update(tiles=tiles, tile=f"{tile[0]}x{tile[1]}", tiles_source=tiles_source,
+                           dense_flop=W.dense_equivalent_flops(w, tiles))
+                row["dense_tflops"] = row["dense_flop"] / row["ms"] / 1e9
             for key in ("launch_us", "call_us", "block_mask_ms", "plan_us", "run_us",
                         "graph_ms"):
                 if key in extra and key not in meta:
                     meta[key] = extra[key]
+            if impl.startswith("fa4") and "block_sparsity_ms" in extra \
+                    and "fa4_block_sparsity_ms" not in meta:
+                meta["fa4_block_sparsity_ms"] = extra["block_sparsity_ms"]
+            if impl.startswith("fa4") and "fa4_compile_s" not in meta:
+                meta["fa4_compile_s"] = extra.get("compile_s")
             if impl.startswith("flexjit") and "kernel_ms" not in meta:
                 meta["kernel_ms"] = row["ms"]
-        except NotAvailable as reason:
+        except (NotAvailable, fa4_peer.Unavailable) as reason:
             row["note"] = f"n/a: {reason}"
         except Exception as error:  # keep going: one failing peer must not hide the rest
-            row["note"] = f"error: {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+            row["note"] = f"error: {type(error).__name__}: {str(error).splitlines()[0][:160]}" \
+                if str(error) else f"error: {type(error).__name__}"
             traceback.print_exc()
+            torch.cuda.synchronize()
         summary = f"{row['ms']:.3f} ms" if row["ms"] is not None else row["note"]
         log(f"{w.name}: {impl}: {summary}")
     reference_out = outputs.get("flex_attention")
-    if reference_out is not None:
-        scale = reference_out.float().abs().max().item()
+    flexjit_impl = next((r["impl"] for r in results if r["impl"].startswith("flexjit")
+                         and r["impl"] in outputs), None)
+    for base, key in ((reference_out, "diff_flex"),
+                      (outputs.get(flexjit_impl) if flexjit_impl else None, "diff_flexjit")):
+        if base is None:
+            continue
+        scale = base.float().abs().max().item()
         for row in results:
-            if row["impl"] in outputs and row["impl"] != "flex_attention":
-                diff = (outputs[row["impl"]].float() - reference_out.float()).abs().max().item()
-                row["diff_flex"] = diff / scale if scale else diff
+            if row["impl"] in outputs and outputs[row["impl"]] is not base \
+                    and (key == "diff_flex" or not row["impl"].startswith("flexjit")):
+                diff = (outputs[row["impl"]].float() - base.float()).abs().max().item()
+                row[key] = diff / scale if scale else diff
     del inputs, outputs, ref
     torch.cuda.empty_cache()
     for row in results:
         row.update(pairs=pairs, flop=flop, kv_bytes=nbytes, copies=copies)
     return results, meta
+
+
+def make_fa4(inputs, spec, page_size, copies, quick, enabled):
+    if not enabled:
+        raise NotAvailable("FA4 disabled (--no-fa4)")
+    w = inputs.w
+    aux_name = fa4_peer.AUX.get(spec["mask"] or spec["score"])
+    aux = inputs.P.arrays[aux_name] if aux_name else None
+    return fa4_peer.make(torch, inputs, spec, aux, page_size, copies, quick,
+                         w.mask in W.HEAD_DEPENDENT_MASKS)
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -585,7 +765,6 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="a few workloads, fewer runs")
     parser.add_argument("--only", help="comma-separated workload names or parts of names")
     parser.add_argument("--list", action="store_true", help="list the workloads and exit")
-    parser.add_argument("--append-results", metavar="PATH", help="append the table to PATH")
     parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     parser.add_argument("--report", metavar="PATH",
                         help="write this run's table alone to PATH (overwritten)")
@@ -593,7 +772,19 @@ def main(argv=None):
                         help="idle time before each implementation's timed runs "
                              "(default 1, 0 with --quick)")
     parser.add_argument("--masks", default=str(REPO / "dsl" / "lib" / "standard.mask"),
-                        help="mask file flexjit compiles (default: dsl/lib/standard.mask)")
+                        help="mask file flexjit compiles for the standard workloads (default: "
+                             "dsl/lib/standard.mask; the family's is tools/bench/family.mask)")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="start no workload after SECONDS (the rest are listed as skipped), "
+                             "so that a run inside a time box still writes its table")
+    parser.add_argument("--fa4-pages", metavar="LIST",
+                        help="page sizes FA4 runs paged at, among each workload's (comma-"
+                             "separated, or 'none': contiguous only; default: all of them)")
+    parser.add_argument("--no-fa4", action="store_true",
+                        help="leave FlashAttention-4 out (its rows read n/a)")
+    parser.add_argument("--flexjit-cli", metavar="PATH",
+                        help="the flexjit CLI for tile maps (default: $FLEXJIT_CLI, "
+                             ".carry/bin/flexjit, build/bin/flexjit)")
     add_layout_arguments(parser)
     args = parser.parse_args(argv)
     set_layout(parser, args)
@@ -619,16 +810,47 @@ def main(argv=None):
     }
     log(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, flexjit "
         f"{flexjit.runtime_version()} from {meta['flexjit_library']}")
+    # FA4 is imported first (before flex compiles anything) so that its `cutlass` is the one
+    # found; a failure only marks its rows n/a.
+    fa4 = not args.no_fa4 and any(fa4_peer.plan(w) for w in chosen)
+    if fa4:
+        try:
+            meta["fa4"] = f"flash-attn-4 {fa4_peer.load().version}"
+        except fa4_peer.Unavailable as reason:
+            meta["fa4"] = f"n/a: {reason}"
+        log(f"FA4: {meta['fa4']}")
+    fa4_pages = None
+    if args.fa4_pages is not None:
+        fa4_pages = set() if args.fa4_pages == "none" else \
+            {int(p) for p in args.fa4_pages.split(",") if p}
+    cli = flexjit_cli(args.flexjit_cli)
+    meta["flexjit_cli"] = str(cli) if cli else None
+    log(f"flexjit CLI for tile maps: {cli or 'none (tiles from the predicate)'}")
     meta["matmul_tflops"], meta["copy_gbps"] = ceilings(args.quick)
     log(f"ceilings: bf16 matmul {meta['matmul_tflops']:.0f} TFLOP/s, copy "
         f"{meta['copy_gbps']:.0f} GB/s")
 
     ctx = flexjit.Context()
-    program = ctx.program_from_file(args.masks)
+    programs = {}
     rows, metadata_rows = [], []
+    def write_json():
+        if args.json:
+            pathlib.Path(args.json).write_text(json.dumps(
+                {"meta": meta, "rows": rows, "metadata": metadata_rows}, indent=1, default=str))
+
     for w in chosen:
+        if args.time_limit and time.perf_counter() - started > args.time_limit:
+            rows.append({"workload": w.name, "impl": "all", "ms": None,
+                         "note": f"skipped: --time-limit {args.time_limit:g} s reached"})
+            metadata_rows.append({"workload": w.name})
+            log(f"{w.name}: skipped (time limit)")
+            continue
         try:
-            results, meta_row = run_workload(w, ctx, program, l2_bytes, args.quick, settle)
+            mask_file = str(REPO / w.mask_file) if w.mask_file else args.masks
+            if mask_file not in programs:
+                programs[mask_file] = ctx.program_from_file(mask_file)
+            results, meta_row = run_workload(w, ctx, programs[mask_file], mask_file, l2_bytes,
+                                             args.quick, settle, cli, fa4, fa4_pages)
         except Exception as error:
             traceback.print_exc()
             results = [{"workload": w.name, "impl": "all", "ms": None,
@@ -638,21 +860,13 @@ def main(argv=None):
         rows += results
         metadata_rows.append(meta_row)
         log(f"{w.name} done, {time.perf_counter() - started:.0f} s elapsed")
+        write_json()  # after every workload: a run cut short still leaves its figures
     W.add_ratios(rows)
     meta["elapsed_s"] = time.perf_counter() - started
     text = W.report(meta, rows, metadata_rows, chosen)
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(
-            {"meta": meta, "rows": rows, "metadata": metadata_rows}, indent=1, default=str))
+    write_json()
     if args.report:
         pathlib.Path(args.report).write_text(text)
-    if args.append_results:
-        path = pathlib.Path(args.append_results)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:  # append only: others write here too
-            if f.tell() == 0:
-                f.write("# Benchmark results\n\n")
-            f.write("\n" + text)
     print(f"\n(total {meta['elapsed_s']:.0f} s)\n")
     print(text)
     return 0

@@ -21,6 +21,11 @@ STANDARD_CAP = 50.0  # `const cap` of dsl/lib/standard.mask: flexjit needs no de
 # flexjit's array parameters (dsl/lib/standard.mask) the workloads use, with their element
 # types: prefix_len int[b], doc int[b, kv], slopes float[h]. Every other param is a scalar.
 ARRAY_PARAMS = {"prefix_len": "int32", "doc": "int32", "slopes": "float32"}
+# The family's (tools/bench/family.mask), passed to flexjit as the workload holds them:
+# global_token int[kv], random_block int[qb, kb], head_window int[h], t5_bias float[h, d].
+# Its `bits` int[r, w] array is not held but built from `bits_seed` (random_word), on the GPU.
+FAMILY_ARRAY_PARAMS = {"global_token": "int32", "random_block": "int32",
+                       "head_window": "int32", "t5_bias": "float32"}
 
 
 # --- masks and scores, as flexjit's dsl/lib/standard.mask states them ---------------------------
@@ -57,6 +62,7 @@ MASKS = {"causal": causal, "sliding": sliding, "prefix_lm": prefix_lm, "rswa": r
          "document": document}
 SCORES = {"softcap": softcap, "alibi": alibi}
 
+
 # The peers' definitions, printed under the table.
 MASK_SOURCE = {
     "causal": "q >= kv",
@@ -67,6 +73,154 @@ MASK_SOURCE = {
     "softcap": "cap * tanh(score / cap)",
     "alibi": "score - slopes[h] * (q - kv)",
 }
+
+# --- the element-wise family (issue 28), as tools/bench/family.mask states it ----------------
+# The consts of family.mask; fa4_peer.py bakes the same numbers into its mask_mods.
+
+DILATED_WINDOW = 1024
+STRIDE = 128
+SUMMARY = 8
+IMAGE_WIDTH = 128
+IMAGE_RADIUS = 7
+LONGFORMER_RADIUS = 256
+BIGBIRD_BLOCK = 64
+BIGBIRD_GLOBAL = 2
+BITS_PER_WORD = 16
+SINKS = 4
+T5_DISTANCES = 256
+FAMILY_FILE = "tools/bench/family.mask"
+
+
+def dilated(b, h, q, kv, P):
+    return (q >= kv) & (q - kv < DILATED_WINDOW) & ((q - kv) % 2 == 0)
+
+
+def strided(b, h, q, kv, P):
+    return (q >= kv) & ((q - kv < STRIDE) | ((q - kv) % STRIDE == 0))
+
+
+def fixed(b, h, q, kv, P):
+    return (q >= kv) & ((q // STRIDE == kv // STRIDE) | (kv % STRIDE >= STRIDE - SUMMARY))
+
+
+def image2d(b, h, q, kv, P):
+    return ((abs(q // IMAGE_WIDTH - kv // IMAGE_WIDTH) <= IMAGE_RADIUS)
+            & (abs(q % IMAGE_WIDTH - kv % IMAGE_WIDTH) <= IMAGE_RADIUS))
+
+
+def modular(b, h, q, kv, P):
+    return (q >= kv) & ((kv - q) % 3 != 1)
+
+
+def longformer(b, h, q, kv, P):
+    return ((abs(q - kv) <= LONGFORMER_RADIUS) | (P.global_token(kv) != 0)
+            | (P.global_token(q) != 0))
+
+
+def bigbird(b, h, q, kv, P):
+    qb, kb = q // BIGBIRD_BLOCK, kv // BIGBIRD_BLOCK
+    return ((abs(qb - kb) <= 1) | (qb < BIGBIRD_GLOBAL) | (kb < BIGBIRD_GLOBAL)
+            | (P.random_block(qb, kb) != 0))
+
+
+def random_bits(b, h, q, kv, P):
+    word = P.bits(q, kv // BITS_PER_WORD)
+    return (q >= kv) & ((q == kv) | (((word >> (kv % BITS_PER_WORD)) & 1) == 1))
+
+
+def streaming(b, h, q, kv, P):
+    return (q >= kv) & ((kv < SINKS) | (q - kv < P.window))
+
+
+def head_windows(b, h, q, kv, P):
+    return (q >= kv) & (q - kv < P.head_window(h))
+
+
+def t5(score, b, h, q, kv, P):
+    return score + P.t5_bias(h, q - kv)  # the accessor clamps the distance to the table
+
+
+FAMILY_MASKS = {"dilated": dilated, "strided": strided, "fixed": fixed, "image2d": image2d,
+                "modular": modular, "longformer": longformer, "bigbird": bigbird,
+                "random_bits": random_bits, "streaming": streaming,
+                "head_windows": head_windows}
+MASKS.update(FAMILY_MASKS)
+SCORES["t5"] = t5
+HEAD_DEPENDENT_MASKS = {"head_windows"}  # their block maps differ per query head
+
+MASK_SOURCE.update({
+    "dilated": f"q >= kv & q - kv < {DILATED_WINDOW} & (q - kv) % 2 == 0",
+    "strided": f"q >= kv & (q - kv < {STRIDE} | (q - kv) % {STRIDE} == 0)",
+    "fixed": f"q >= kv & (q // {STRIDE} == kv // {STRIDE} | kv % {STRIDE} >= "
+             f"{STRIDE - SUMMARY})",
+    "image2d": f"|q // {IMAGE_WIDTH} - kv // {IMAGE_WIDTH}| <= {IMAGE_RADIUS} & "
+               f"|q % {IMAGE_WIDTH} - kv % {IMAGE_WIDTH}| <= {IMAGE_RADIUS}",
+    "modular": "q >= kv & (kv - q) % 3 != 1",
+    "longformer": f"|q - kv| <= {LONGFORMER_RADIUS} | global_token[kv] | global_token[q]",
+    "bigbird": f"|q // {BIGBIRD_BLOCK} - kv // {BIGBIRD_BLOCK}| <= 1 | q // {BIGBIRD_BLOCK} "
+               f"< {BIGBIRD_GLOBAL} | kv // {BIGBIRD_BLOCK} < {BIGBIRD_GLOBAL} | "
+               f"random_block[q // {BIGBIRD_BLOCK}, kv // {BIGBIRD_BLOCK}]",
+    "random_bits": f"q >= kv & (q == kv | bit kv % {BITS_PER_WORD} of "
+                   f"bits[q, kv // {BITS_PER_WORD}])",
+    "streaming": f"q >= kv & (kv < {SINKS} | q - kv < window)",
+    "head_windows": "q >= kv & q - kv < head_window[h]",
+    "t5": f"score + t5_bias[h, clamp(q - kv, 0, {T5_DISTANCES - 1})]",
+})
+
+
+def random_word(seed, q, j):
+    """Word j of query row q of the random_bits mask: 16 pseudo-random bits from a hash of
+    (seed, q, j) (a 32-bit integer mix, lowbias32), on Python ints and on int64 tensors alike,
+    so the GPU builds the array and the tests recompute any word without storing it."""
+    x = (q * 65536 + j + seed * 0x9E3779B1) & 0xFFFFFFFF
+    x = ((x ^ (x >> 16)) * 0x7FEB352D) & 0xFFFFFFFF
+    x = ((x ^ (x >> 15)) * 0x846CA68B) & 0xFFFFFFFF
+    x = x ^ (x >> 16)
+    return x & 0xFFFF
+
+
+def t5_bucket(distance, num_buckets=32, max_distance=128):
+    """T5's relative-position bucket of a causal distance >= 0 (Raffel et al., 2020:
+    `_relative_position_bucket` with bidirectional=False): exact below num_buckets / 2, then
+    logarithmic up to max_distance, then the last bucket."""
+    exact = num_buckets // 2
+    if distance < exact:
+        return distance
+    scaled = math.log(distance / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+    return min(num_buckets - 1, exact + int(scaled))
+
+
+def t5_table(num_heads, seed=5):
+    """t5_bias [num_heads, T5_DISTANCES]: a bias per head and bucket (uniform in [-2, 2], as
+    a trained table's scale), expanded to one entry per distance."""
+    rng = random.Random(seed)
+    per_bucket = [[rng.uniform(-2.0, 2.0) for _ in range(32)] for _ in range(num_heads)]
+    return [[per_bucket[h][t5_bucket(d)] for d in range(T5_DISTANCES)]
+            for h in range(num_heads)]
+
+
+def global_tokens(seq_len, count=16, seed=3):
+    """Longformer's global_token flags: position 0 and count - 1 random others."""
+    rng = random.Random(seed)
+    chosen = {0} | set(rng.sample(range(1, seq_len), min(count - 1, seq_len - 1)))
+    return [1 if pos in chosen else 0 for pos in range(seq_len)]
+
+
+def random_blocks(seq_len, per_row=3, seed=4):
+    """BigBird's random_block flags [query block, key block]: per_row random key blocks per
+    query block."""
+    rng = random.Random(seed)
+    n = -(-seq_len // BIGBIRD_BLOCK)
+    rows = []
+    for _ in range(n):
+        picked = set(rng.sample(range(n), min(per_row, n)))
+        rows.append([1 if kb in picked else 0 for kb in range(n)])
+    return rows
+
+
+def head_window_sizes(num_heads):
+    """head_window: 256, 512, ..., 8192 keys, cycling over the query heads."""
+    return [256 << (h % 6) for h in range(num_heads)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +244,13 @@ class Workload:
     num_kv_heads: int = 8
     page_sizes: Tuple[int, ...] = (16, 64)
     quick: bool = False
+    mask_file: Optional[str] = None  # flexjit's mask file (repository path); None: --masks
+    runs_scale: float = 1.0  # the share of the usual timed runs (the family takes fewer)
+
+    @property
+    def family(self):
+        """One of the element-wise family's workloads (issue 28)."""
+        return self.mask_file == FAMILY_FILE
 
     @property
     def uniform(self):
@@ -137,13 +298,13 @@ def alibi_slopes(num_heads):
 
 
 def _prefill(mask, seq_len, score=None, flexjit_mask=None, params=None, head_dim=128,
-             suffix="", quick=False):
+             suffix="", quick=False, page_sizes=(16, 64)):
     label = {"sliding": f"sliding{WINDOW}"}.get(mask, mask) if score is None else \
         f"{mask}+{score}"
     return Workload(name=f"prefill_{label}_{seq_len // 1024}k{suffix}", kind="prefill",
                     flexjit_mask=flexjit_mask or mask, mask=mask, score=score,
                     requests=((seq_len, seq_len),), params=params or {}, head_dim=head_dim,
-                    quick=quick)
+                    quick=quick, page_sizes=page_sizes)
 
 
 def workloads():
@@ -153,7 +314,7 @@ def workloads():
         short = seq_len == 8192
         docs = document_ids(document_lengths(seq_len, 512, 2048, seed=seq_len))
         out += [
-            _prefill("causal", seq_len, quick=short),
+            _prefill("causal", seq_len, quick=short, page_sizes=(16, 64, 128)),
             _prefill("sliding", seq_len, params={"window": WINDOW}, quick=short),
             _prefill("prefix_lm", seq_len, params={"prefix_len": [seq_len // 4]}),
             _prefill("rswa", seq_len, params={"prefix_len": [seq_len // 4], "window": WINDOW}),
@@ -195,6 +356,33 @@ def workloads():
     for head_dim in (64, 256):
         out.append(_prefill("causal", 8192, head_dim=head_dim, suffix=f"_hd{head_dim}",
                             quick=head_dim == 64))
+    return out + family_workloads()
+
+
+def family_workloads():
+    """The element-wise family (issue 28) at 8k and 16k: masks of tools/bench/family.mask, one
+    request as the standard prefill workloads, flexjit at pages 16, 64 and 128. Named
+    family_8k_* and family_16k_*, so that `--only family_8k` selects one length."""
+    out = []
+    for seq_len in (8192, 16384):
+        params = {
+            "streaming": {"window": WINDOW},
+            "longformer": {"global_token": global_tokens(seq_len)},
+            "bigbird": {"random_block": random_blocks(seq_len)},
+            "random_bits": {"bits_seed": 1},
+            "head_windows": {"head_window": head_window_sizes(Workload.num_heads)},
+        }
+        for mask in FAMILY_MASKS:
+            out.append(Workload(
+                name=f"family_{seq_len // 1024}k_{mask}", kind="prefill", flexjit_mask=mask,
+                mask=mask, score=None, requests=((seq_len, seq_len),),
+                params=params.get(mask, {}), page_sizes=(16, 64, 128), mask_file=FAMILY_FILE,
+                runs_scale=0.5, quick=seq_len == 8192 and mask == "dilated"))
+        out.append(Workload(
+            name=f"family_{seq_len // 1024}k_causal+t5", kind="prefill",
+            flexjit_mask="causal_t5", mask="causal", score="t5", requests=((seq_len, seq_len),),
+            params={"t5_bias": t5_table(Workload.num_heads)}, page_sizes=(16, 64, 128),
+            mask_file=FAMILY_FILE, runs_scale=0.5))
     return out
 
 
@@ -204,6 +392,11 @@ def select(all_workloads, quick=False, only=None):
     chosen = [w for w in all_workloads if w.quick or not quick]
     if only:
         words = [word for word in only.split(",") if word]
+        if "standard" in words:  # every workload outside the family, as before issue 28
+            words.remove("standard")
+            chosen = [w for w in chosen if not w.family]
+            if not words:
+                return chosen
         exact = [w for w in chosen if w.name in words]
         chosen = exact if exact else [w for w in chosen if any(word in w.name for word in words)]
     return chosen
@@ -227,6 +420,11 @@ def flexjit_arguments(workload):
     scalars, arrays = {}, {}
     num_reqs = len(workload.requests)
     for name, value in workload.params.items():
+        if name == "bits_seed":  # the bits array: built on the GPU (bench.py), not held here
+            continue
+        if name in FAMILY_ARRAY_PARAMS:
+            arrays[name] = (FAMILY_ARRAY_PARAMS[name], value)
+            continue
         if name not in ARRAY_PARAMS:
             scalars[name] = value
             continue
@@ -257,6 +455,11 @@ class PyParams:
         self._prefix = p.get("prefix_len", [0] * len(workload.requests))
         self._doc = p.get("doc", [])
         self._slopes = p.get("slopes", [])
+        self._global = p.get("global_token", [])
+        self._random_block = p.get("random_block", [])
+        self._bits_seed = p.get("bits_seed", 0)
+        self._head_window = p.get("head_window", [])
+        self._t5 = p.get("t5_bias", [])
         self.cap = SOFTCAP
         self.tanh = math.tanh
 
@@ -268,6 +471,21 @@ class PyParams:
 
     def slope(self, h):
         return self._slopes[h]
+
+    def global_token(self, pos):
+        return self._global[pos]
+
+    def random_block(self, qb, kb):
+        return self._random_block[qb][kb]
+
+    def bits(self, q, j):
+        return random_word(self._bits_seed, q, j)
+
+    def head_window(self, h):
+        return self._head_window[h]
+
+    def t5_bias(self, h, distance):
+        return self._t5[h][min(max(distance, 0), T5_DISTANCES - 1)]
 
 
 def query_positions(query_len, seq_len):
@@ -297,7 +515,11 @@ def _row_count(workload, b, q, seq_len, P):
 
 
 def visible_pairs(workload):
-    """Exact number of visible (query, key) pairs per head over the batch."""
+    """Exact number of visible (query, key) pairs per head over the batch (the mean over the
+    query heads for a mask that reads h). The family's masks are counted by brute force, for
+    the tests' small shapes; bench.py counts them on the GPU (mask_census)."""
+    if workload.mask in FAMILY_MASKS:
+        return brute_force_pairs(workload)
     P = PyParams(workload)
     total = 0
     for b, (query_len, seq_len) in enumerate(workload.requests):
@@ -318,9 +540,32 @@ def visible_pairs(workload):
 def brute_force_pairs(workload):
     """visible_pairs by evaluating the predicate on every pair (small shapes only)."""
     P, predicate = PyParams(workload), MASKS[workload.mask]
-    return sum(1 for b, (query_len, seq_len) in enumerate(workload.requests)
-               for q in query_positions(query_len, seq_len) for kv in range(seq_len)
-               if predicate(b, 0, q, kv, P))
+    heads = range(workload.num_heads) if workload.mask in HEAD_DEPENDENT_MASKS else [0]
+    total = sum(1 for h in heads for b, (query_len, seq_len) in enumerate(workload.requests)
+                for q in query_positions(query_len, seq_len) for kv in range(seq_len)
+                if predicate(b, h, q, kv, P))
+    return total // len(heads) if total % len(heads) == 0 else total / len(heads)
+
+
+def flexjit_tile(workload):
+    """(query positions, keys) of one tile of flexjit's prefill kernel (templates/
+    kernel_args.cuh): 128 rows of the MMA hold 128 / group query positions of every head of
+    the kv head's group (GQA packing), by wgmma_block_n keys: 64 at head dim 128 and 256.
+    None at head dim 64, whose key tile depends on the mask's element operations."""
+    group = workload.num_heads // workload.num_kv_heads
+    if workload.head_dim == 64 or 128 % group:
+        return None
+    return 128 // group, 64
+
+
+def dense_equivalent_flops(workload, computed_tiles):
+    """4 * head_dim * 128 * tile_k per computed tile (full or partial): what the kernel's MMAs
+    do over the tiles it does not skip, whatever the mask removes inside them.
+    computed_tiles counts the (query positions x keys) tiles of flexjit_tile(), summed over
+    the kv heads (each covers its group's query heads) and requests."""
+    tile_q, tile_k = flexjit_tile(workload)
+    group = workload.num_heads // workload.num_kv_heads
+    return 4 * workload.head_dim * tile_q * group * tile_k * computed_tiles
 
 
 def flops(workload, pairs):
@@ -332,6 +577,77 @@ def kv_bytes(workload, element_bytes=2):
     """Bytes of K and V that must be read: every key of every request, once per kv head."""
     keys = sum(seq_len for _, seq_len in workload.requests)
     return 2 * keys * workload.num_kv_heads * workload.head_dim * element_bytes
+
+
+def set_value(values):
+    """An array as `flexjit hints --set` takes it: runs of equal values as `V*N`, rows of a
+    two-dimensional array separated by `;`."""
+    if values and isinstance(values[0], (list, tuple)):
+        return ";".join(set_value(row) for row in values)
+    items, i = [], 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        items.append(f"{values[i]}*{j - i}" if j - i > 1 else f"{values[i]}")
+        i = j
+    return ",".join(items)
+
+
+# Arrays the masks read, as `--set` values (score-only arrays such as slopes and t5_bias do
+# not change the map and are left out). `bits` has free dimensions: the analysis bounds its
+# reads by nothing, so the map does not depend on its contents and one word stands for it.
+def hints_sets(workload):
+    p, sets = workload.params, []
+    for name, value in p.items():
+        if name in ("slopes", "t5_bias"):
+            continue
+        if name == "bits_seed":
+            sets.append("bits=0")
+        elif name == "prefix_len":
+            sets.append(f"prefix_len={value[0]}")
+        elif name == "doc":
+            sets.append(f"doc={set_value(list(value[0]))}")
+        elif isinstance(value, list):
+            sets.append(f"{name}={set_value(value)}")
+        else:
+            sets.append(f"{name}={value}")
+    return sets
+
+
+def computed_tiles(workload, hints):
+    """Tiles flexjit's prefill kernel computes (full or partial, not skipped), in tiles of
+    flexjit_tile(), summed over the kv heads, for a one-request prefill workload; None where
+    that does not apply. hints(extra_args) runs `flexjit hints ... --json` with the shape,
+    tile, mask file and mask filled in and returns its JSON (the caller runs the CLI). A mask
+    that reads h is mapped per query head and a tile counts when any head of its kv head's
+    group computes it (the kernel's rows hold the whole group)."""
+    tile = flexjit_tile(workload)
+    if tile is None or workload.kind != "prefill" or len(workload.requests) != 1:
+        return None
+    group = workload.num_heads // workload.num_kv_heads
+    sets = [arg for value in hints_sets(workload) for arg in ("--set", value)]
+    if workload.mask not in HEAD_DEPENDENT_MASKS:
+        counts = hints(sets)["counts"]
+        return (counts["full"] + counts["partial"]) * workload.num_kv_heads
+    total = 0
+    for kv_head in range(workload.num_kv_heads):
+        union = None
+        for h in range(kv_head * group, (kv_head + 1) * group):
+            rows = hints(sets + ["--h", str(h)])["rows"]
+            computed = [[c != "." for c in row] for row in rows]
+            union = computed if union is None else [[a or b for a, b in zip(x, y)]
+                                                     for x, y in zip(union, computed)]
+        total += sum(sum(row) for row in union)
+    return total
+
+
+def hints_command(cli, mask_file, workload):
+    """The `flexjit hints` command line computed_tiles() extends."""
+    query_len, seq_len = workload.requests[0]
+    tile_q, tile_k = flexjit_tile(workload)
+    return [str(cli), "hints", str(mask_file), "--mask", workload.flexjit_mask, "--q-len",
+            str(query_len), "--kv-len", str(seq_len), "--tile", f"{tile_q}x{tile_k}", "--json"]
 
 
 def query_start_loc(workload):
@@ -429,17 +745,18 @@ def add_ratios(rows):
 
 def results_table(rows):
     """Markdown table, one line per (workload, implementation)."""
-    head = ("| workload | impl | layout | ms | TFLOP/s | GB/s | err vs fp32 | Δ vs flex | "
-            "flexjit ÷ impl | note |")
-    lines = [head, "|" + "---|" * 10]
+    head = ("| workload | impl | layout | ms | TFLOP/s | dense TFLOP/s | GB/s | err vs fp32 | "
+            "Δ vs flex | Δ vs flexjit | flexjit ÷ impl | note |")
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         if r.get("ms") is None:
             cells = [r["workload"], r["impl"], r.get("layout", ""), "n/a", "", "", "", "", "",
-                     r.get("note", "")]
+                     "", "", r.get("note", "")]
         else:
             cells = [r["workload"], r["impl"], r.get("layout", ""), _number(r["ms"], 3),
-                     _number(r.get("tflops"), 1), _number(r.get("gbps"), 0),
-                     _error(r.get("err_ref")), _error(r.get("diff_flex")),
+                     _number(r.get("tflops"), 1), _number(r.get("dense_tflops"), 1),
+                     _number(r.get("gbps"), 0), _error(r.get("err_ref")),
+                     _error(r.get("diff_flex")), _error(r.get("diff_flexjit")),
                      _number(r.get("ratio"), 2), r.get("note", "")]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ")
                                        for c in cells) + " |")
@@ -450,13 +767,16 @@ def metadata_table(rows):
     """Per workload: flexjit's host time per launch beside create_block_mask's time."""
     lines = ["| workload | flexjit launch (host µs, prepared) | flexjit call (host µs, "
              "checks + launch) | plan update (host µs) | plan run (host µs) | graph replay (ms) "
-             "| flexjit kernel (ms) | flex create_block_mask (ms) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| flexjit kernel (ms) | flex create_block_mask (ms) | FA4 block sparsity (ms) "
+             "| FA4 first call (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['workload']} | {_number(r.get('launch_us'), 1)} | "
                      f"{_number(r.get('call_us'), 1)} | {_number(r.get('plan_us'), 1)} | "
                      f"{_number(r.get('run_us'), 1)} | {_number(r.get('graph_ms'), 3)} | "
-                     f"{_number(r.get('kernel_ms'), 3)} | {_number(r.get('block_mask_ms'), 2)} |")
+                     f"{_number(r.get('kernel_ms'), 3)} | {_number(r.get('block_mask_ms'), 2)} "
+                     f"| {_number(r.get('fa4_block_sparsity_ms'), 2)} "
+                     f"| {_number(r.get('fa4_compile_s'), 1)} |")
     return "\n".join(lines)
 
 
@@ -486,11 +806,21 @@ def _describe_param(name, value):
         return f"doc: {sum(counts)} documents of 512–2048 tokens"
     if name == "slopes":
         return "slopes: ALiBi's, 2^(-8(h+1)/H)"
+    if name == "global_token":
+        return f"global_token: {sum(value)} global tokens"
+    if name == "random_block":
+        return f"random_block: {sum(value[0])} random key blocks per query block"
+    if name == "bits_seed":
+        return f"bits: {BITS_PER_WORD} per int32 word, random_word seed {value}"
+    if name == "head_window":
+        return f"head_window: {min(value)}–{max(value)} by head"
+    if name == "t5_bias":
+        return f"t5_bias: T5 buckets expanded to {len(value[0])} distances per head"
     return f"{name}={value[0] if isinstance(value, list) and len(value) == 1 else value}"
 
 
 def report(meta, rows, metadata_rows, chosen):
-    """The dated block appended to bench/RESULTS.md and printed last."""
+    """The dated block printed last (and written by --report)."""
     return "\n".join([
         f"## {meta['date']} · {meta['device']}",
         "",
@@ -504,10 +834,14 @@ def report(meta, rows, metadata_rows, chosen):
         "",
         "flexjit runs paged (joint K/V cache [blocks, 2, page, H_kv, D], shuffled block table, "
         "q [tokens, H, D]); the peers run on contiguous [B, H, S, D] tensors, their best case "
-        "(ragged batches packed into one sequence for flex). TFLOP/s count visible pairs only "
-        "(4·D per pair per head); GB/s count the K/V bytes that must be read. err vs fp32: "
-        "max |out − ref| / max |ref| on sampled rows; Δ vs flex: the same over the whole "
-        "output against flex_attention's. flexjit ÷ impl > 1: flexjit is faster.",
+        "(ragged batches packed into one sequence for flex); FA4 also paged on the same block "
+        "table (separate K and V caches). TFLOP/s count visible pairs only (4·D per pair per "
+        "head); dense TFLOP/s count 4·D·128·K per tile flexjit's kernel computes (its tile map, "
+        "partial tiles whole); GB/s count the K/V bytes that must be read. err vs fp32: "
+        "max |out − ref| / max |ref| on sampled rows; Δ vs flex, Δ vs flexjit: the same over "
+        "the whole output against flex_attention's and flexjit's. flexjit ÷ impl > 1: flexjit "
+        "is faster. FA4's block sparsity and flex's create_block_mask are timed apart (table "
+        "below), not in ms.",
         "",
         metadata_table(metadata_rows),
         "",
