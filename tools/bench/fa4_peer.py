@@ -218,7 +218,15 @@ def make(torch, inputs, spec, aux, page_size, copies, quick, head_dependent):
     extra = {"fa4_version": fa4.version}
 
     sparse = None
-    if mask_mod is not None:
+    if mask_mod is not None and page_size is not None:
+        # FA4 4.0.0b36's sm90 block-sparse producer (block_sparse_utils.produce_block_sparse_loads)
+        # loads key blocks with page_idx=None: at page 128 (TMA) it reads physical page n for
+        # logical block n, ignoring the page table (wrong output on a shuffled table, seen on the
+        # H100), and below 128 (cp.async) it fails with a TypeError. So paged runs apply the
+        # mask_mod to every tile, without block sparsity.
+        extra["note"] = ("mask_mod on every tile: FA4's sm90 block-sparse loader ignores the "
+                         "page table")
+    elif mask_mod is not None:
         # Head-independent masks build one head's map, broadcast over the heads (FA4 then
         # keeps its GQA packing); per-head masks build every head's.
         heads = H if head_dependent else 1
@@ -288,8 +296,9 @@ def make(torch, inputs, spec, aux, page_size, copies, quick, head_dependent):
                 page_table=table, **options)).view(B, S, H, D)
 
         out = fn(0)
-        extra["note"] = (f"q as [tokens, H, D] with cu_seqlens_q ([B, S, H, D] failed: "
-                         f"{type(first).__name__}: {str(first).splitlines()[0][:80]})")
+        fallback = (f"q as [tokens, H, D] with cu_seqlens_q ([B, S, H, D] failed: "
+                    f"{type(first).__name__}: {str(first).splitlines()[0][:80]})")
+        extra["note"] = "; ".join(filter(None, [extra.get("note"), fallback]))
     torch.cuda.synchronize()
     extra["compile_s"] = time.perf_counter() - t0
     if tuple(out.shape) != (B, S, H, D):
