@@ -141,6 +141,27 @@ class PageTest(unittest.TestCase):
         page = R.render({"decode": {"meta": META, "rows": rows, "metadata": []}})
         self.assertIn("≥ 3000 GB/s: 2990 missed ✗", line_of(page, "| decode_b64_16k |"))
 
+    def test_a_peer_with_other_output_is_no_comparison(self):
+        rows = [row("family_8k_dilated", "flexjit page 16", 2.0, tflops=100.0,
+                    dense_tflops=300.0),
+                row("family_8k_dilated", "flexjit page 128", 1.0, tflops=200.0,
+                    dense_tflops=600.0),
+                row("family_8k_dilated", "flex_attention", 1.5, tflops=133.3,
+                    diff_flexjit=0.004),
+                row("family_8k_dilated", "fa4 mask_mod", 0.5, tflops=400.0, diff_flexjit=1.2,
+                    note="mask_mod on every tile")]
+        page = R.render({"family": {"meta": META, "rows": rows, "metadata": []}})
+        cells = [c.strip() for c in line_of(page, "| family_8k_dilated |").strip("|")
+                 .split(" | ")]
+        self.assertEqual(cells[1], "100 / 200 (page 16 / page 128); dense-equivalent "
+                                   "TFLOP/s 300 / 600")
+        self.assertEqual(cells[2], "133 (flexjit 1.50×, Δ 0.004)")
+        self.assertEqual(cells[3], "wrong output (Δ 1.2 vs flexjit)")
+        # A wrong output makes its target n/a rather than met.
+        self.assertIn("≥ 0.8× fa4 mask_mod: n/a", cells[4])
+        self.assertIn("≥ 1.3× flex_attention: 1.50× met ✓", cells[4])
+        self.assertIn("- fa4 mask_mod on family_8k_dilated: mask_mod on every tile", page)
+
     def test_peer_notes_are_listed(self):
         self.assertIn("- sdpa flash on prefill_causal_16k: n/a: mask/score or ragged batch "
                       "not expressible", self.page)

@@ -54,6 +54,10 @@ FAMILIES = {
         "history": ("2026-11-24.md", "Decode: a shorter split merge, and the full decode run "
                     "of 4218693", "H100"),
     },
+    "family": {
+        "title": "Element-wise masks outside standard.mask", "metric": "tflops",
+        "extra": "dense_tflops", "prefixes": ("family_",),
+    },
     "compile": {
         "title": "Compile path", "metric": "value", "prefixes": (),
         "history": ("2026-11-22.md", "Compile path", "the CPU machine and the H100 host"),
@@ -65,7 +69,14 @@ METRICS = {
     "tflops": ("effective TFLOP/s (visible pairs only)", "TFLOP/s", 0),
     "gbps": ("GB/s of K/V read", "GB/s", 0),
     "ms": ("kernel time in ms (median)", "ms", 3),
+    "dense_tflops": ("dense-equivalent TFLOP/s over the tiles flexjit computes (4·D·tq·tk per "
+                     "non-empty tile)", "TFLOP/s", 0),
 }
+
+# A peer whose output differs from flexjit's by more than this (bench.py's diff_flexjit: max
+# |peer - flexjit| / max |flexjit| over the whole output) computed something else: its time is
+# not a comparison. bf16 runs of the same attention differ by about 1e-3.
+WRONG_OUTPUT = 0.02
 
 # What good looks like. A "peer" target holds when the best flexjit time of the workload over
 # the peer's time (flexjit's speed ÷ the peer's) is at least `min`; a "metric" target when
@@ -90,6 +101,10 @@ TARGETS = [
      "source": "issue 8"},
     {"family": "decode", "workloads": "decode_b*_128k", "metric": "gbps", "min": 2800,
      "source": "issue 8"},
+    {"family": "family", "workloads": "family_*", "peer": "flex_attention", "min": 1.3,
+     "source": "issue 30, target 1"},
+    {"family": "family", "workloads": "family_*", "peer": "fa4 mask_mod", "min": 0.8,
+     "source": "issue 30, target 1"},
     {"family": "compile", "workloads": "cold_compile", "metric": "value", "unit": "s",
      "max": 3.0, "source": "issue 7"},
     {"family": "compile", "workloads": "disk_hit_*process", "metric": "value", "unit": "ms",
@@ -167,12 +182,19 @@ def best_flexjit_ms(rows, workload):
     return min(times) if times else None
 
 
+def wrong_output(row):
+    """The row's output differs from flexjit's (its spot check failed)."""
+    return (row.get("diff_flexjit") or 0) > WRONG_OUTPUT
+
+
 def ratio(rows, workload, peer):
-    """flexjit's speed ÷ the peer's on workload (> 1: flexjit faster), or None."""
+    """flexjit's speed ÷ the peer's on workload (> 1: flexjit faster), or None (also when the
+    peer's output is not flexjit's)."""
     flexjit_ms = best_flexjit_ms(rows, workload)
     peer_row = next((row for row in rows
                      if row["workload"] == workload and row["impl"] == peer), None)
-    if flexjit_ms is None or peer_row is None or not peer_row.get("ms"):
+    if flexjit_ms is None or peer_row is None or not peer_row.get("ms") or \
+            wrong_output(peer_row):
         return None
     return peer_row["ms"] / flexjit_ms
 
@@ -232,8 +254,9 @@ def _provenance(meta):
     return text
 
 
-def comparison_table(family, result, metric):
-    """flexjit (every page size) beside each peer of the run, with ratios and targets."""
+def comparison_table(family, result, metric, extra=None):
+    """flexjit (every page size) beside each peer of the run, with ratios, the spot check of
+    each peer's output against flexjit's, and targets; `extra`, a second flexjit row field."""
     rows = result["rows"]
     peers = peer_names(rows)
     lines = [_row(["workload", "flexjit"] + peers + ["targets"]),
@@ -245,6 +268,9 @@ def comparison_table(family, result, metric):
         figures = [_format(row.get(metric), metric) if row.get("ms") else NA for row in mine]
         pages = [row["impl"][len(FLEXJIT):].strip() for row in mine]
         flexjit_cell = " / ".join(figures) + (f" ({' / '.join(pages)})" if any(pages) else "")
+        if extra and any(row.get(extra) is not None for row in mine):
+            flexjit_cell += "; " + METRICS[extra][0].split(" over")[0].split(" (")[0] + " " + \
+                " / ".join(_format(row.get(extra), extra) for row in mine)
         cells = [workload, flexjit_cell if mine else NA]
         for peer in peers:
             peer_row = next((row for row in rows
@@ -254,9 +280,17 @@ def comparison_table(family, result, metric):
                 if peer_row is not None and peer_row.get("note"):
                     notes.setdefault(peer_row["note"], []).append(f"{peer} on {workload}")
                 continue
+            diff = peer_row.get("diff_flexjit")
+            if wrong_output(peer_row):
+                cells.append(f"wrong output (Δ {diff:.2g} vs flexjit)")
+                if peer_row.get("note"):
+                    notes.setdefault(peer_row["note"], []).append(f"{peer} on {workload}")
+                continue
             value = ratio(rows, workload, peer)
+            aside = ([f"flexjit {value:.2f}×"] if value is not None else []) + \
+                ([f"Δ {diff:.1g}"] if diff is not None else [])
             cells.append(_format(peer_row.get(metric), metric) +
-                         (f" (flexjit {value:.2f}×)" if value is not None else ""))
+                         (f" ({', '.join(aside)})" if aside else ""))
         checks = []
         for target in targets_for(family, workload):
             text, mark = check_target(target, rows, workload)
@@ -316,9 +350,12 @@ def family_section(family, result):
     else:
         metric = entry.get("metric", "tflops")
         label = METRICS[metric][0]
+        extra = entry.get("extra")
         lines += [f"{label}; flexjit paged (one figure per page size), the peers of the same run "
-                  "beside it; (flexjit N×): flexjit's speed ÷ the peer's, best page size.", ""]
-        table, tally = comparison_table(family, result, metric)
+                  "beside it; (flexjit N×): flexjit's speed ÷ the peer's, best page size; Δ: the "
+                  "peer's whole output against flexjit's (max |difference| ÷ max |flexjit|)." +
+                  (f" Also {METRICS[extra][0]}." if extra else ""), ""]
+        table, tally = comparison_table(family, result, metric, extra)
     return lines + table + [""], tally
 
 
