@@ -31,6 +31,16 @@ __all__ = ["Context", "Program", "Kernel", "Launch", "Plan", "FlexjitError", "St
            "ParamType", "ParamInfo", "runtime_version", "library_path", "define_text"]
 
 
+def __getattr__(name):
+    # flexjit.torch_ops imports torch and registers torch.ops.flexjit.* on first use only, so
+    # that the module imports and compiles masks without torch.
+    if name == "torch_ops":
+        from . import _torch_ops
+        globals()["torch_ops"] = _torch_ops
+        return _torch_ops
+    raise AttributeError(f"module 'flexjit' has no attribute {name!r}")
+
+
 class FlexjitError(RuntimeError):
     """A call returned a status other than FJ_SUCCESS. `status` is a Status, `message` the
     context's last error (fj_context_last_error), `call` the C function."""
@@ -422,6 +432,18 @@ class Kernel(_Handle):
         _check(library().fj_plan_create(self.handle, ctypes.byref(shape), ctypes.byref(handle)),
                self.context.handle, "fj_plan_create")
         return Plan(self, handle.value)
+
+    def workspace_size(self, arrays, *, num_reqs, num_heads):
+        """fj_attention_workspace_size: bytes of workspace a launch with these array parameters
+        ({name: device array}, as arrays=) needs; 0 when the variant summarises none."""
+        descriptors, _ = self.program.array_values(arrays, num_reqs=num_reqs,
+                                                   num_heads=num_heads)
+        size = ctypes.c_uint64()
+        _check(library().fj_attention_workspace_size(self.handle, descriptors,
+                                                     self.program.array_count,
+                                                     ctypes.byref(size)),
+               self.context.handle, "fj_attention_workspace_size")
+        return size.value
 
     def varlen(self, q, k, v, cu_seqlens, *, stream=None, **options):
         """prepare_varlen() then launch on `stream` (as __call__); returns `out`."""
