@@ -227,22 +227,29 @@ class Program(_Handle):
         self.context = context
         self._slots = {}
         self._infos = {}
+        # A program's parameters never change: what every launch needs is read once.
+        self._param_count = self._count("fj_program_param_count")
+        self._array_count = self._count("fj_program_array_count")
+        self._params_type = ctypes.c_int32 * max(self._param_count, 1)
+        self._arrays_type = ArrayArg * max(self._array_count, 1)
+
+    def _count(self, call):
+        count = ctypes.c_int32()
+        _check(getattr(library(), call)(self.handle, ctypes.byref(count)), self.context.handle,
+               call)
+        return count.value
 
     @property
     def param_count(self):
         """Number of scalar runtime parameters (the length of a launch's params)."""
-        count = ctypes.c_int32()
-        _check(library().fj_program_param_count(self.handle, ctypes.byref(count)),
-               self.context.handle, "fj_program_param_count")
-        return count.value
+        self.handle  # raises ValueError once closed
+        return self._param_count
 
     @property
     def array_count(self):
         """Number of array runtime parameters (the length of a launch's arrays)."""
-        count = ctypes.c_int32()
-        _check(library().fj_program_array_count(self.handle, ctypes.byref(count)),
-               self.context.handle, "fj_program_array_count")
-        return count.value
+        self.handle  # raises ValueError once closed
+        return self._array_count
 
     def param_slot(self, name):
         """Index of scalar runtime parameter `name` in the launch's params array (NOT_FOUND if
@@ -278,7 +285,7 @@ class Program(_Handle):
         need no value for it. Errors: FlexjitError NOT_FOUND (unknown name), TypeError (an
         array parameter, which goes in arrays=, or a value of the wrong type), ValueError (out
         of range)."""
-        values = (ctypes.c_int32 * max(self.param_count, 1))()
+        values = self._params_type()
         for name, value in (params or {}).items():
             info = self.param_info(name)
             if info.is_array:
@@ -294,7 +301,7 @@ class Program(_Handle):
         declared rank (array_param_fields has the checks). Arrays not named are passed empty
         ({null, 0, 0, 0}; the kernel reads 0 from them). Errors: FlexjitError NOT_FOUND
         (unknown name), TypeError (a scalar parameter), ValueError (dtype, rank, shape)."""
-        descriptors = (ArrayArg * max(self.array_count, 1))()
+        descriptors = self._arrays_type()
         seen = {}
         for name, obj in (arrays or {}).items():
             info = self.param_info(name)
@@ -467,13 +474,20 @@ class Kernel(_Handle):
                     array.device_index != device:
                 raise ValueError(f"{array.name}: on cuda:{array.device_index}, q on "
                                  f"cuda:{device}")
-        fields = dict(params=ctypes.cast(values, ctypes.POINTER(ctypes.c_int32)),
-                      num_params=self.program.param_count,
-                      arrays=ctypes.cast(descriptors, ctypes.POINTER(ArrayArg)),
-                      num_arrays=self.program.array_count)
-        stream = torch.cuda.current_stream(q.device).cuda_stream if torch is not None else None
+        # The ctypes arrays go in as they are: the struct points at them and keeps them alive.
+        fields = dict(params=values, num_params=self.program._param_count, arrays=descriptors,
+                      num_arrays=self.program._array_count)
+        stream = _torch_stream(torch, device) if torch is not None else None
         keep = {f"array:{name}": obj for name, obj in (arrays or {}).items()}
         return _Common(fields, (values, descriptors), keep, stream)
+
+
+def _torch_stream(torch, device):
+    """torch's current stream on `device` (an index; None: the current device), as an int."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:  # what torch.cuda.current_stream reads, without building a Stream
+        return raw(torch.cuda.current_device() if device is None else device)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 class _Common(NamedTuple):
