@@ -9,6 +9,8 @@ GPU is synchronised between bursts, outside the timing, so the launch queue neve
 call waits for the GPU):
 
   overhead_full_call         Kernel.__call__: every argument check, the C struct, the launch
+                             (prepare()'s checks run once per geometry, Kernel.paged_args)
+  overhead_full_call_new_geometry   the same with its geometry cache emptied before each call
   overhead_prepared_launch   Launch.launch() of a prepared call: fj_paged_attention only
   overhead_plan_run          Plan.run() of a prepared call: fj_plan_run only
   overhead_torch_op          torch.ops.flexjit.paged_attention in eager mode, and (impl
@@ -124,9 +126,15 @@ def measure(bursts, burst):
     empty_op = torch.ops.flexjit_overhead.empty.default
     q = batch["q"]
 
+    def first_call():  # a geometry not seen before: prepare()'s checks run in full
+        kernel._templates.clear()
+        kernel(**batch, out=out, max_query_len=1)
+
     cases = [
         ("overhead_full_call", "flexjit", "Kernel.__call__ with checks",
          lambda: kernel(**batch, out=out, max_query_len=1)),
+        ("overhead_full_call_new_geometry", "flexjit", "Kernel.__call__, checks run in full",
+         first_call),
         ("overhead_prepared_launch", "flexjit", "Launch.launch()", launch.launch),
         ("overhead_plan_run", "flexjit", "Plan.run(prepared launch)", lambda: plan.run(launch)),
         ("overhead_torch_op", "flexjit", "torch.ops.flexjit.paged_attention, eager",
@@ -171,11 +179,11 @@ def verdicts(rows):
 
 def table(rows):
     marks = verdicts(rows)
-    lines = [f"{'workload':<28} {'impl':<8} {'median us':>10} {'min us':>8}  measure",
+    lines = [f"{'workload':<32} {'impl':<8} {'median us':>10} {'min us':>8}  measure",
              "-" * 100]
     for r in rows:
         mark = marks.get((r["workload"], r["impl"]), "")
-        lines.append(f"{r['workload']:<28} {r['impl']:<8} {r['value']:>10.2f} {r['min']:>8.2f}"
+        lines.append(f"{r['workload']:<32} {r['impl']:<8} {r['value']:>10.2f} {r['min']:>8.2f}"
                      f"  {r['measure']}{'  ' + mark if mark else ''}")
     return "\n".join(lines)
 

@@ -356,6 +356,7 @@ class Kernel(_Handle):
         self.head_dim = head_dim
         self.dtype = dtype
         self.page_size = page_size
+        self._templates = {}  # paged_args: checked geometry -> (struct, what it points into)
 
     @property
     def name(self):
@@ -395,13 +396,74 @@ class Kernel(_Handle):
         return Launch(self, args, common.values, named, common.stream)
 
     def __call__(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
-                 stream=None, **options):
-        """Checks, launches on `stream` (default: torch's current stream for torch tensors, else
-        the legacy default stream) and returns `out`."""
+                 out=None, lse=None, max_query_len=None, params=None, arrays=None, scale=0.0,
+                 kv_layout="NHD", stream=None):
+        """Checks (as prepare()), launches on `stream` (default: torch's current stream for
+        torch tensors, else the legacy default stream) and returns `out`."""
+        if self.page_size != 0:
+            out = _default_out(q, out)
+            if max_query_len is None:
+                max_query_len = _max_length(query_start_loc, "max_query_len", "query_start_loc")
+        args, default_stream = self.paged_args(
+            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out=out, lse=lse,
+            max_query_len=max_query_len, params=params, arrays=arrays, scale=scale,
+            kv_layout=kv_layout)
+        self.enqueue(args, _stream_handle(stream) if stream is not None else default_stream)
+        return out
+
+    _TEMPLATES = 64  # checked geometries kept per kernel
+
+    def paged_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out,
+                   lse=None, max_query_len, params=None, arrays=None, scale=0.0,
+                   kv_layout="NHD"):
+        """(fj_paged_attention_args, default stream handle) of one call, with prepare()'s
+        checks and struct, for callers that launch at once (__call__, torch.ops.flexjit).
+        Without array parameters, prepare() runs on the first call of each geometry: the
+        sizes, strides, dtypes and devices of the torch tensors, the current device, and
+        max_query_len, scale, kv_layout and params. Its struct is kept, and a later call of the
+        same geometry copies it and writes its own pointers: everything prepare() checks is
+        part of the geometry, so the checks hold, and only the copy and the pointers cost."""
+        tensors = (q, out, k_cache, v_cache, block_table, query_start_loc, seq_lens, lse)
+        torch = sys.modules.get("torch") if is_torch_tensor(q) else None
+        key = None
+        if not arrays:
+            try:
+                key = (torch.cuda.current_device() if torch is not None else None,
+                       max_query_len, scale, kv_layout,
+                       # With the types: 8 == 8.0 == True, but an int parameter takes only 8.
+                       tuple((k, type(v), v) for k, v in params.items()) if params else (),
+                       *[None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+                         for t in tensors])
+                entry = self._templates.get(key)
+            except (AttributeError, TypeError):  # not torch tensors; unhashable values
+                key = entry = None
+            if entry is not None:
+                args = PagedAttentionArgs.from_buffer_copy(entry[0])
+                args.q, args.out, args.k_cache, args.v_cache = (
+                    q.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr())
+                args.block_table, args.query_start_loc, args.seq_lens = (
+                    block_table.data_ptr(), query_start_loc.data_ptr(), seq_lens.data_ptr())
+                if lse is not None:
+                    args.lse = lse.data_ptr()
+                stream = _torch_stream(torch, q.device.index) if torch is not None else None
+                return args, stream
         launch = self.prepare(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                              **options)
-        launch.launch(stream)
-        return launch.out
+                              out=out, lse=lse, max_query_len=max_query_len, params=params,
+                              arrays=arrays, scale=scale, kv_layout=kv_layout)
+        if key is not None:
+            if len(self._templates) >= self._TEMPLATES:
+                del self._templates[next(iter(self._templates))]
+            # A copy: the caller may change its struct (a workspace). The params array the
+            # struct points into is kept with it.
+            self._templates[key] = (PagedAttentionArgs.from_buffer_copy(launch.args),
+                                    launch._param_values)
+        return launch.args, launch._default_stream
+
+    def enqueue(self, args, stream):
+        """fj_paged_attention of a struct from paged_args on `stream` (a handle or None)."""
+        status = library().fj_paged_attention(self.handle, ctypes.byref(args), stream)
+        if status != Status.SUCCESS:
+            _check(status, self.context.handle, "fj_paged_attention")
 
     def prepare_varlen(self, q, k, v, cu_seqlens, *, out=None, lse=None, max_seq_len=None,
                        params=None, arrays=None, scale=0.0):
@@ -565,6 +627,11 @@ class Plan(_Handle):
         """fj_plan_run over a Launch prepared by Kernel.prepare (same kernel)."""
         handle = _stream_handle(stream) if stream is not None else launch._default_stream
         _check(library().fj_plan_run(self.handle, launch._args_ref, handle),
+               self.kernel.context.handle, "fj_plan_run")
+
+    def run_args(self, args, stream):
+        """fj_plan_run over a struct from Kernel.paged_args on `stream` (a handle or None)."""
+        _check(library().fj_plan_run(self.handle, ctypes.byref(args), stream),
                self.kernel.context.handle, "fj_plan_run")
 
 

@@ -104,28 +104,33 @@ def _named_arrays(names, tensors):
     return dict(zip(names, tensors))
 
 
-def _use_workspace(launch, workspace):
-    """Points the launch at the caller's workspace (a CUDA tensor; its bytes)."""
+def _use_workspace(args, workspace):
+    """Points a launch's struct at the caller's workspace (a CUDA tensor; its bytes)."""
     if workspace is None:
         return
     if not workspace.is_cuda or not workspace.is_contiguous():
         raise ValueError("workspace: expected a contiguous CUDA tensor")
-    launch.args.workspace = workspace.data_ptr()
-    launch.args.workspace_bytes = workspace.numel() * workspace.element_size()
-    launch.arrays["workspace"] = workspace
+    args.workspace = workspace.data_ptr()
+    args.workspace_bytes = workspace.numel() * workspace.element_size()
 
 
-def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                          out, lse, max_query_len, scale, kv_layout, param_names, param_values,
-                          array_names, arrays, workspace):
+def _paged_args(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+                max_query_len, scale, kv_layout, param_names, param_values, array_names, arrays,
+                workspace):
+    """Kernel.paged_args (prepare()'s checks, once per geometry) from the operator's lists."""
+    args, stream = kernel.paged_args(
+        q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out=out, lse=lse,
+        max_query_len=max_query_len, scale=scale, kv_layout=kv_layout,
+        params=(_named_params(kernel.program, param_names, param_values)
+                if param_names or param_values else None),
+        arrays=_named_arrays(array_names, arrays) if array_names or arrays else None)
+    _use_workspace(args, workspace)
+    return args, stream
+
+
+def _paged_attention_impl(kernel, *args):
     target = lookup(kernel, Kernel)
-    launch = target.prepare(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                            out=out, lse=lse, max_query_len=max_query_len, scale=scale,
-                            kv_layout=kv_layout,
-                            params=_named_params(target.program, param_names, param_values),
-                            arrays=_named_arrays(array_names, arrays))
-    _use_workspace(launch, workspace)
-    launch.launch()
+    target.enqueue(*_paged_args(target, *args))
 
 
 def _varlen_attention_impl(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, scale,
@@ -136,22 +141,18 @@ def _varlen_attention_impl(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, s
                                    params=_named_params(target.program, param_names,
                                                         param_values),
                                    arrays=_named_arrays(array_names, arrays))
-    _use_workspace(launch, workspace)
+    _use_workspace(launch.args, workspace)
     launch.launch()
 
 
 def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-                   scale, kv_layout, param_names, param_values, array_names, arrays, workspace):
+                   scale, kv_layout, *lists):
     target = lookup(plan, Plan)
-    kernel = target.kernel
     # max_query_len is not read by a planned run (the plan's update has the lengths); passing
-    # it keeps prepare from reading query_start_loc back, which capture forbids.
-    launch = kernel.prepare(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                            out=out, lse=lse, max_query_len=0, scale=scale, kv_layout=kv_layout,
-                            params=_named_params(kernel.program, param_names, param_values),
-                            arrays=_named_arrays(array_names, arrays))
-    _use_workspace(launch, workspace)
-    target.run(launch)
+    # it keeps prepare() from reading query_start_loc back, which capture forbids.
+    args, stream = _paged_args(target.kernel, q, k_cache, v_cache, block_table, query_start_loc,
+                               seq_lens, out, lse, 0, scale, kv_layout, *lists)
+    target.run_args(args, stream)
 
 
 # --- fake implementations: what torch.compile traces ------------------------------------------
