@@ -327,8 +327,9 @@ class TorchOpsGpuTest(unittest.TestCase):
                 # And close to the unplanned kernel over the batch's own tensors.
                 want = self.kernels["causal"](**b, max_query_len=32)
                 torch.cuda.synchronize()
-                diff = (replayed.float() - want.float()).abs().max().item()
-                self.assertLess(diff, 2e-2, f"batch {i}: planned vs unplanned")
+                # Split-KV decode merges float32 partials: within bf16 rounding, not equal.
+                torch.testing.assert_close(replayed.float(), want.float(), atol=2e-2, rtol=2e-2,
+                                           msg=lambda m: f"batch {i}, planned vs unplanned: {m}")
 
     def capture(self, run):
         side = torch.cuda.Stream()
