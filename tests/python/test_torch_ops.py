@@ -11,6 +11,7 @@ machine (library staged in .carry/lib):
 
 import math
 import unittest
+from unittest import mock
 
 from support import REPO
 
@@ -144,6 +145,53 @@ class TorchOpsTest(unittest.TestCase):
             with self.assertRaisesRegex(RuntimeError, "lse is torch.bfloat16"):
                 self.ops.paged_attention("test.sliding", **batch, max_query_len=3,
                                          lse=torch.empty(4, HEADS, dtype=torch.bfloat16))
+
+    @unittest.skipIf(cuda_available(), "with a GPU the stand-ins' pointers would be launched; "
+                     "TorchOpsGpuTest runs the implementations there")
+    def test_implementations_reach_the_driver(self):
+        # The CUDA implementations, called as the dispatcher calls them (positionally, in
+        # schema order) on stand-in tensors: every check passes and the launch fails only
+        # where it needs the driver. Proves the arguments land where the schema says. The
+        # stand-ins pose as torch tensors on cuda:0: the current device and stream are stood
+        # in for too.
+        from support import FakeTensor
+        with mock.patch("torch.cuda.current_device", return_value=0), \
+                mock.patch.object(flexjit, "_torch_stream", return_value=None):
+            self.check_implementations(FakeTensor)
+
+    def check_implementations(self, FakeTensor):
+        impls = {name: impl for name, (impl, _) in self.ops._IMPLS.items()}
+        joint = FakeTensor((10, 2, PAGE, KV_HEADS, HEAD_DIM))
+        kv_strides = (2 * PAGE * KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, HEAD_DIM, 1)
+        paged = [FakeTensor((4, HEADS, HEAD_DIM)),
+                 FakeTensor((10, PAGE, KV_HEADS, HEAD_DIM), strides=kv_strides),
+                 FakeTensor((10, PAGE, KV_HEADS, HEAD_DIM), strides=kv_strides,
+                            ptr=joint.data_ptr() + PAGE * KV_HEADS * HEAD_DIM * 2),
+                 FakeTensor((2, 5), "torch.int32"), FakeTensor((3,), "torch.int32"),
+                 FakeTensor((2,), "torch.int32"), FakeTensor((4, HEADS, HEAD_DIM)),
+                 FakeTensor((4, HEADS), "torch.float32")]
+        calls = [("paged_attention", ["test.sliding", *paged, 3, 0.0, "NHD", ["window"], [8.0],
+                                      [], [], None]),
+                 ("varlen_attention", ["test.encoder", FakeTensor((9, HEADS, HEAD_DIM)),
+                                       FakeTensor((9, KV_HEADS, HEAD_DIM)),
+                                       FakeTensor((9, KV_HEADS, HEAD_DIM)),
+                                       FakeTensor((3,), "torch.int32"),
+                                       FakeTensor((9, HEADS, HEAD_DIM)), None, 5, 0.0, [], [],
+                                       [], [], None])]
+        for name, args in calls:
+            with self.subTest(op=name):
+                with self.assertRaises(flexjit.FlexjitError) as caught:
+                    impls[name](*args)
+                self.assertEqual(caught.exception.status, flexjit.Status.CUDA,
+                                 caught.exception)
+        args = calls[0][1]
+        with self.assertRaisesRegex(ValueError, "lse: shape"):
+            impls["paged_attention"](*args[:8], FakeTensor((3, HEADS), "torch.float32"),
+                                     *args[9:])
+        with self.assertRaisesRegex(TypeError, "expected an integral value"):
+            impls["paged_attention"](*args[:13], [8.5], *args[14:])
+        with self.assertRaisesRegex(TypeError, "names a Kernel, this operator takes a Plan"):
+            impls["plan_run"]("test.sliding", *args[1:9], *args[10:])
 
     def test_compile_fullgraph_on_meta_tensors(self):
         # Traces through the Python entry point and the fake implementation: one graph, no
