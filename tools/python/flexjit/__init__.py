@@ -428,7 +428,7 @@ class Kernel(_Handle):
         key = None
         if not arrays:
             try:
-                key = (torch.cuda.current_device() if torch is not None else None,
+                key = (torch.cuda.current_device() if torch is not None and q.is_cuda else None,
                        max_query_len, scale, kv_layout,
                        # With the types: 8 == 8.0 == True, but an int parameter takes only 8.
                        tuple((k, type(v), v) for k, v in params.items()) if params else (),
