@@ -469,10 +469,6 @@ class ModuleTest(unittest.TestCase):
                               max_query_len=3, params={"window": 8})
         args, _ = kernel.paged_args(**arrays, max_query_len=5, params={"window": 8})
         self.assertEqual((args.max_query_len, len(kernel._templates)), (5, 2))
-        for _ in range(2):  # the first call and the cached one both reach the driver
-            with self.assertRaises(flexjit.FlexjitError) as caught:
-                kernel(**arrays, max_query_len=3, params={"window": 8})
-            self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
 
     def test_handles_are_freed_by_garbage_collection(self):
         ctx = flexjit.Context()
