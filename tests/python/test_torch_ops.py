@@ -10,6 +10,9 @@ machine (library staged in .carry/lib):
 """
 
 import math
+import os
+import subprocess
+import sys
 import unittest
 from unittest import mock
 
@@ -75,6 +78,25 @@ def document_ids(num_reqs, length, device):
 
 def nan_like(q):
     return torch.full_like(q, float("nan"))
+
+
+class ImportTest(unittest.TestCase):
+    def run_python(self, code):
+        env = dict(os.environ, PYTHONPATH=str(REPO / "tools" / "python"))
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True)
+
+    def test_torch_ops_without_torch_is_an_import_error(self):
+        result = self.run_python("import sys; sys.modules['torch'] = None\nimport flexjit\n"
+                                 "try:\n  flexjit.torch_ops\nexcept ImportError as e:\n"
+                                 "  print('ImportError', e)\n")
+        self.assertIn("ImportError", result.stdout, result.stderr)
+
+    @unittest.skipIf(torch is None, NO_TORCH)
+    def test_flexjit_imports_torch_only_for_torch_ops(self):
+        result = self.run_python("import sys, flexjit\nprint('torch' in sys.modules)\n"
+                                 "flexjit.torch_ops\nprint('torch' in sys.modules)\n")
+        self.assertEqual(result.stdout.split(), ["False", "True"], result.stderr)
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
