@@ -157,17 +157,13 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
 
 # --- fake implementations: what torch.compile traces ------------------------------------------
 
-def _check_like(what, tensor, like, dtype=None):
-    torch._check(tensor.dim() == like.dim(),
-                 lambda: f"flexjit: {what} has {tensor.dim()} dimensions, expected {like.dim()}")
-    torch._check(tensor.dtype == (dtype or like.dtype),
-                 lambda: f"flexjit: {what} is {tensor.dtype}, expected {dtype or like.dtype}")
-
-
 def _fake_checks(q, out, lse):
+    """What the fakes check (the CUDA implementations check everything): out is like q, lse
+    float32 [num_tokens, num_heads]."""
     torch._check(q.dim() == 3, lambda: f"flexjit: q has shape {tuple(q.shape)}, expected "
                  f"[num_tokens, num_heads, head_dim]")
-    _check_like("out", out, q)
+    torch._check(out.dim() == 3 and out.dtype == q.dtype,
+                 lambda: f"flexjit: out is {out.dtype} {tuple(out.shape)}, q {q.dtype}")
     for d in range(3):
         torch._check(out.shape[d] == q.shape[d],
                      lambda: f"flexjit: out {tuple(out.shape)} differs from q {tuple(q.shape)}")
@@ -175,6 +171,10 @@ def _fake_checks(q, out, lse):
         torch._check(lse.dim() == 2 and lse.dtype == torch.float32,
                      lambda: f"flexjit: lse is {lse.dtype} {tuple(lse.shape)}, expected float32 "
                      f"[num_tokens, num_heads]")
+        for d in range(2):
+            torch._check(lse.shape[d] == q.shape[d],
+                         lambda: f"flexjit: lse {tuple(lse.shape)}, expected "
+                         f"{tuple(q.shape[:2])}")
 
 
 def _paged_attention_fake(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
@@ -210,6 +210,11 @@ def _define():
 
 
 _library = _define()  # kept: the registrations live as long as this object
+# The overloads themselves: calling the packet (torch.ops.flexjit.paged_attention) resolves
+# the overload on every call.
+_paged_attention = torch.ops.flexjit.paged_attention.default
+_varlen_attention = torch.ops.flexjit.varlen_attention.default
+_plan_run = torch.ops.flexjit.plan_run.default
 
 
 # --- Python entry points (traceable by torch.compile) -----------------------------------------
@@ -232,9 +237,9 @@ def paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, s
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
-    torch.ops.flexjit.paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc,
-                                      seq_lens, out, lse, max_query_len, float(scale), kv_layout,
-                                      names, values, array_names, tensors, workspace)
+    _paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
+                     lse, max_query_len, float(scale), kv_layout, names, values, array_names,
+                     tensors, workspace)
     return out
 
 
@@ -245,9 +250,8 @@ def varlen_attention(kernel, q, k, v, cu_seqlens, *, max_seq_len, out=None, lse=
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
-    torch.ops.flexjit.varlen_attention(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len,
-                                       float(scale), names, values, array_names, tensors,
-                                       workspace)
+    _varlen_attention(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, float(scale), names,
+                      values, array_names, tensors, workspace)
     return out
 
 
@@ -259,9 +263,8 @@ def plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, 
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
-    torch.ops.flexjit.plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc,
-                               seq_lens, out, lse, float(scale), kv_layout, names, values,
-                               array_names, tensors, workspace)
+    _plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+              float(scale), kv_layout, names, values, array_names, tensors, workspace)
     return out
 
 
