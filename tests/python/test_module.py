@@ -413,6 +413,63 @@ class ModuleTest(unittest.TestCase):
             kernel.prepare(FakeTensor((3, 32, 128), "torch.float16"), k, v,
                            out=FakeTensor((3, 32, 128)), max_query_len=3, **meta)
 
+    def test_paged_args_check_each_geometry_once(self):
+        # paged_args (what __call__ and the torch op use) keeps prepare()'s struct per geometry
+        # and writes only the pointers of later calls: the struct must be prepare()'s, and
+        # what prepare() refuses must still be refused.
+        kernel = self.ctx.kernel(self.program, "sliding", head_dim=128, dtype="bf16",
+                                 page_size=64, arch="sm_90a")
+        devices = {}
+
+        def tensors(base):
+            joint = FakeTensor((10, 64, 8, 256), ptr=base)
+            made = dict(q=FakeTensor((3, 32, 128), ptr=base + 0x100000),
+                        out=FakeTensor((3, 32, 128), ptr=base + 0x200000),
+                        k_cache=FakeTensor((10, 64, 8, 128), strides=joint.stride(), ptr=base),
+                        v_cache=FakeTensor((10, 64, 8, 128), strides=joint.stride(),
+                                           ptr=base + 256),
+                        block_table=FakeTensor((1, 10), "torch.int32", ptr=base + 0x300000),
+                        query_start_loc=FakeTensor((2,), "torch.int32", ptr=base + 0x400000),
+                        seq_lens=FakeTensor((1,), "torch.int32", ptr=base + 0x500000),
+                        lse=FakeTensor((3, 32), "torch.float32", ptr=base + 0x600000))
+            for name, t in made.items():  # one device object per argument, as torch's compare
+                t.device = devices.setdefault(name, t.device)
+            return made
+
+        def fields(args):
+            """The struct's fields, with what params and arrays point to, not where."""
+            values = {}
+            for name, _ in _capi.PagedAttentionArgs._fields_:
+                value = getattr(args, name)
+                if isinstance(value, ctypes._Pointer):
+                    value = ctypes.cast(value, ctypes.c_void_p).value
+                values[name] = value
+            values["params"] = args.params[:args.num_params]
+            values["arrays"] = [(a.data, a.rows, a.cols, a.row_stride)
+                                for a in args.arrays[:args.num_arrays]]
+            return values
+
+        for base in (0x7F0000000000, 0x7F1000000000, 0x7F2000000000):
+            with self.subTest(base=hex(base)):
+                arrays = tensors(base)
+                args, stream = kernel.paged_args(**arrays, max_query_len=3,
+                                                 params={"window": 8})
+                want = kernel.prepare(**arrays, max_query_len=3, params={"window": 8})
+                self.assertEqual(fields(args), fields(want.args))
+                self.assertEqual(args.q, base + 0x100000)
+                self.assertEqual(stream, want._default_stream)
+                self.assertEqual(len(kernel._templates), 1)
+        arrays = tensors(0x7F3000000000)
+        with self.assertRaisesRegex(TypeError, "expected an int, got float"):
+            kernel.paged_args(**arrays, max_query_len=3, params={"window": 8.0})
+        with self.assertRaisesRegex(TypeError, "expected an int, got bool"):
+            kernel.paged_args(**arrays, max_query_len=3, params={"window": True})
+        with self.assertRaisesRegex(ValueError, "dtype fp16, expected bf16"):
+            kernel.paged_args(**dict(arrays, q=FakeTensor((3, 32, 128), "torch.float16")),
+                              max_query_len=3, params={"window": 8})
+        args, _ = kernel.paged_args(**arrays, max_query_len=5, params={"window": 8})
+        self.assertEqual((args.max_query_len, len(kernel._templates)), (5, 2))
+
     def test_handles_are_freed_by_garbage_collection(self):
         ctx = flexjit.Context()
         program = ctx.program("mask m = q >= kv\n")

@@ -31,6 +31,16 @@ __all__ = ["Context", "Program", "Kernel", "Launch", "Plan", "FlexjitError", "St
            "ParamType", "ParamInfo", "runtime_version", "library_path", "define_text"]
 
 
+def __getattr__(name):
+    # flexjit.torch_ops imports torch and registers torch.ops.flexjit.* on first use only, so
+    # that the module imports and compiles masks without torch.
+    if name == "torch_ops":
+        from . import _torch_ops
+        globals()["torch_ops"] = _torch_ops
+        return _torch_ops
+    raise AttributeError(f"module 'flexjit' has no attribute {name!r}")
+
+
 class FlexjitError(RuntimeError):
     """A call returned a status other than FJ_SUCCESS. `status` is a Status, `message` the
     context's last error (fj_context_last_error), `call` the C function."""
@@ -217,22 +227,29 @@ class Program(_Handle):
         self.context = context
         self._slots = {}
         self._infos = {}
+        # A program's parameters never change: what every launch needs is read once.
+        self._param_count = self._count("fj_program_param_count")
+        self._array_count = self._count("fj_program_array_count")
+        self._params_type = ctypes.c_int32 * max(self._param_count, 1)
+        self._arrays_type = ArrayArg * max(self._array_count, 1)
+
+    def _count(self, call):
+        count = ctypes.c_int32()
+        _check(getattr(library(), call)(self.handle, ctypes.byref(count)), self.context.handle,
+               call)
+        return count.value
 
     @property
     def param_count(self):
         """Number of scalar runtime parameters (the length of a launch's params)."""
-        count = ctypes.c_int32()
-        _check(library().fj_program_param_count(self.handle, ctypes.byref(count)),
-               self.context.handle, "fj_program_param_count")
-        return count.value
+        self.handle  # raises ValueError once closed
+        return self._param_count
 
     @property
     def array_count(self):
         """Number of array runtime parameters (the length of a launch's arrays)."""
-        count = ctypes.c_int32()
-        _check(library().fj_program_array_count(self.handle, ctypes.byref(count)),
-               self.context.handle, "fj_program_array_count")
-        return count.value
+        self.handle  # raises ValueError once closed
+        return self._array_count
 
     def param_slot(self, name):
         """Index of scalar runtime parameter `name` in the launch's params array (NOT_FOUND if
@@ -268,7 +285,7 @@ class Program(_Handle):
         need no value for it. Errors: FlexjitError NOT_FOUND (unknown name), TypeError (an
         array parameter, which goes in arrays=, or a value of the wrong type), ValueError (out
         of range)."""
-        values = (ctypes.c_int32 * max(self.param_count, 1))()
+        values = self._params_type()
         for name, value in (params or {}).items():
             info = self.param_info(name)
             if info.is_array:
@@ -284,7 +301,7 @@ class Program(_Handle):
         declared rank (array_param_fields has the checks). Arrays not named are passed empty
         ({null, 0, 0, 0}; the kernel reads 0 from them). Errors: FlexjitError NOT_FOUND
         (unknown name), TypeError (a scalar parameter), ValueError (dtype, rank, shape)."""
-        descriptors = (ArrayArg * max(self.array_count, 1))()
+        descriptors = self._arrays_type()
         seen = {}
         for name, obj in (arrays or {}).items():
             info = self.param_info(name)
@@ -339,6 +356,7 @@ class Kernel(_Handle):
         self.head_dim = head_dim
         self.dtype = dtype
         self.page_size = page_size
+        self._templates = {}  # paged_args: checked geometry -> (struct, what it points into)
 
     @property
     def name(self):
@@ -378,13 +396,74 @@ class Kernel(_Handle):
         return Launch(self, args, common.values, named, common.stream)
 
     def __call__(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
-                 stream=None, **options):
-        """Checks, launches on `stream` (default: torch's current stream for torch tensors, else
-        the legacy default stream) and returns `out`."""
+                 out=None, lse=None, max_query_len=None, params=None, arrays=None, scale=0.0,
+                 kv_layout="NHD", stream=None):
+        """Checks (as prepare()), launches on `stream` (default: torch's current stream for
+        torch tensors, else the legacy default stream) and returns `out`."""
+        if self.page_size != 0:
+            out = _default_out(q, out)
+            if max_query_len is None:
+                max_query_len = _max_length(query_start_loc, "max_query_len", "query_start_loc")
+        args, default_stream = self.paged_args(
+            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out=out, lse=lse,
+            max_query_len=max_query_len, params=params, arrays=arrays, scale=scale,
+            kv_layout=kv_layout)
+        self.enqueue(args, _stream_handle(stream) if stream is not None else default_stream)
+        return out
+
+    _TEMPLATES = 64  # checked geometries kept per kernel
+
+    def paged_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out,
+                   lse=None, max_query_len, params=None, arrays=None, scale=0.0,
+                   kv_layout="NHD"):
+        """(fj_paged_attention_args, default stream handle) of one call, with prepare()'s
+        checks and struct, for callers that launch at once (__call__, torch.ops.flexjit).
+        Without array parameters, prepare() runs on the first call of each geometry: the
+        sizes, strides, dtypes and devices of the torch tensors, the current device, and
+        max_query_len, scale, kv_layout and params. Its struct is kept, and a later call of the
+        same geometry copies it and writes its own pointers: everything prepare() checks is
+        part of the geometry, so the checks hold, and only the copy and the pointers cost."""
+        tensors = (q, out, k_cache, v_cache, block_table, query_start_loc, seq_lens, lse)
+        torch = sys.modules.get("torch") if is_torch_tensor(q) else None
+        key = None
+        if not arrays:
+            try:
+                key = (torch.cuda.current_device() if torch is not None and q.is_cuda else None,
+                       max_query_len, scale, kv_layout,
+                       # With the types: 8 == 8.0 == True, but an int parameter takes only 8.
+                       tuple((k, type(v), v) for k, v in params.items()) if params else (),
+                       *[None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+                         for t in tensors])
+                entry = self._templates.get(key)
+            except (AttributeError, TypeError):  # not torch tensors; unhashable values
+                key = entry = None
+            if entry is not None:
+                args = PagedAttentionArgs.from_buffer_copy(entry[0])
+                args.q, args.out, args.k_cache, args.v_cache = (
+                    q.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr())
+                args.block_table, args.query_start_loc, args.seq_lens = (
+                    block_table.data_ptr(), query_start_loc.data_ptr(), seq_lens.data_ptr())
+                if lse is not None:
+                    args.lse = lse.data_ptr()
+                stream = _torch_stream(torch, q.device.index) if torch is not None else None
+                return args, stream
         launch = self.prepare(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                              **options)
-        launch.launch(stream)
-        return launch.out
+                              out=out, lse=lse, max_query_len=max_query_len, params=params,
+                              arrays=arrays, scale=scale, kv_layout=kv_layout)
+        if key is not None:
+            if len(self._templates) >= self._TEMPLATES:
+                del self._templates[next(iter(self._templates))]
+            # A copy: the caller may change its struct (a workspace). The params array the
+            # struct points into is kept with it.
+            self._templates[key] = (PagedAttentionArgs.from_buffer_copy(launch.args),
+                                    launch._param_values)
+        return launch.args, launch._default_stream
+
+    def enqueue(self, args, stream):
+        """fj_paged_attention of a struct from paged_args on `stream` (a handle or None)."""
+        status = library().fj_paged_attention(self.handle, ctypes.byref(args), stream)
+        if status != Status.SUCCESS:
+            _check(status, self.context.handle, "fj_paged_attention")
 
     def prepare_varlen(self, q, k, v, cu_seqlens, *, out=None, lse=None, max_seq_len=None,
                        params=None, arrays=None, scale=0.0):
@@ -423,6 +502,18 @@ class Kernel(_Handle):
                self.context.handle, "fj_plan_create")
         return Plan(self, handle.value)
 
+    def workspace_size(self, arrays, *, num_reqs, num_heads):
+        """fj_attention_workspace_size: bytes of workspace a launch with these array parameters
+        ({name: device array}, as arrays=) needs; 0 when the variant summarises none."""
+        descriptors, _ = self.program.array_values(arrays, num_reqs=num_reqs,
+                                                   num_heads=num_heads)
+        size = ctypes.c_uint64()
+        _check(library().fj_attention_workspace_size(self.handle, descriptors,
+                                                     self.program.array_count,
+                                                     ctypes.byref(size)),
+               self.context.handle, "fj_attention_workspace_size")
+        return size.value
+
     def varlen(self, q, k, v, cu_seqlens, *, stream=None, **options):
         """prepare_varlen() then launch on `stream` (as __call__); returns `out`."""
         launch = self.prepare_varlen(q, k, v, cu_seqlens, **options)
@@ -445,13 +536,20 @@ class Kernel(_Handle):
                     array.device_index != device:
                 raise ValueError(f"{array.name}: on cuda:{array.device_index}, q on "
                                  f"cuda:{device}")
-        fields = dict(params=ctypes.cast(values, ctypes.POINTER(ctypes.c_int32)),
-                      num_params=self.program.param_count,
-                      arrays=ctypes.cast(descriptors, ctypes.POINTER(ArrayArg)),
-                      num_arrays=self.program.array_count)
-        stream = torch.cuda.current_stream(q.device).cuda_stream if torch is not None else None
+        # The ctypes arrays go in as they are: the struct points at them and keeps them alive.
+        fields = dict(params=values, num_params=self.program._param_count, arrays=descriptors,
+                      num_arrays=self.program._array_count)
+        stream = _torch_stream(torch, device) if torch is not None else None
         keep = {f"array:{name}": obj for name, obj in (arrays or {}).items()}
         return _Common(fields, (values, descriptors), keep, stream)
+
+
+def _torch_stream(torch, device):
+    """torch's current stream on `device` (an index; None: the current device), as an int."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:  # what torch.cuda.current_stream reads, without building a Stream
+        return raw(torch.cuda.current_device() if device is None else device)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 class _Common(NamedTuple):
@@ -529,6 +627,11 @@ class Plan(_Handle):
         """fj_plan_run over a Launch prepared by Kernel.prepare (same kernel)."""
         handle = _stream_handle(stream) if stream is not None else launch._default_stream
         _check(library().fj_plan_run(self.handle, launch._args_ref, handle),
+               self.kernel.context.handle, "fj_plan_run")
+
+    def run_args(self, args, stream):
+        """fj_plan_run over a struct from Kernel.paged_args on `stream` (a handle or None)."""
+        _check(library().fj_plan_run(self.handle, ctypes.byref(args), stream),
                self.kernel.context.handle, "fj_plan_run")
 
 

@@ -4,8 +4,7 @@ Accepts PyTorch tensors (recognised without importing torch) and any object with
 `__cuda_array_interface__`. Pure logic: tested without a GPU on stand-in objects.
 """
 
-import dataclasses
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 _TORCH_DTYPES = {
     "torch.bfloat16": "bf16",
@@ -17,8 +16,7 @@ _TYPESTRS = {"<f2": ("fp16", 2), "<f4": ("fp32", 4), "<i4": ("int32", 4)}
 _ITEMSIZES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4}
 
 
-@dataclasses.dataclass(frozen=True)
-class Array:
+class Array(NamedTuple):
     name: str
     ptr: int
     shape: Tuple[int, ...]
@@ -28,16 +26,29 @@ class Array:
     device_index: Optional[int]  # None where the source does not say (cuda array interface)
 
 
+_is_torch_type = {}  # type -> whether its instances are torch tensors
+_dtype_names = {}  # torch dtype -> our name (its str where we have none)
+
+
 def is_torch_tensor(obj):
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+    kind = type(obj)
+    known = _is_torch_type.get(kind)
+    if known is None:
+        known = _is_torch_type[kind] = (kind.__module__.startswith("torch") and
+                                        hasattr(obj, "data_ptr"))
+    return known
 
 
 def describe(obj, name):
     """The Array view of `obj`; raises TypeError for objects that are neither."""
     if is_torch_tensor(obj):
-        return Array(name, obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()),
-                     _TORCH_DTYPES.get(str(obj.dtype), str(obj.dtype)), bool(obj.is_cuda),
-                     obj.device.index if obj.is_cuda else None)
+        dtype = obj.dtype
+        dtype_name = _dtype_names.get(dtype)
+        if dtype_name is None:
+            dtype_name = _dtype_names[dtype] = _TORCH_DTYPES.get(str(dtype), str(dtype))
+        is_cuda = bool(obj.is_cuda)
+        return Array(name, obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), dtype_name,
+                     is_cuda, obj.device.index if is_cuda else None)
     interface = getattr(obj, "__cuda_array_interface__", None)
     if interface is None:
         raise TypeError(f"{name}: expected a torch tensor or an object with "
@@ -64,23 +75,24 @@ def contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-def _require(condition, message):
-    if not condition:
-        raise ValueError(message)
+# The checks below build their messages only when they fail: a call checks some sixty
+# conditions, and formatting every message up front cost most of a call's host time.
 
 
 def _rank(a, rank, what):
-    _require(len(a.shape) == rank, f"{a.name}: expected {rank} dimensions {what}, got shape "
-             f"{a.shape}")
+    if len(a.shape) != rank:
+        raise ValueError(f"{a.name}: expected {rank} dimensions {what}, got shape {a.shape}")
 
 
 def _dtype(a, want):
-    _require(a.dtype == want, f"{a.name}: dtype {a.dtype}, expected {want}")
+    if a.dtype != want:
+        raise ValueError(f"{a.name}: dtype {a.dtype}, expected {want}")
 
 
 def _unit_last(a):
-    _require(a.shape[-1] <= 1 or a.strides[-1] == 1,
-             f"{a.name}: last dimension must be contiguous (stride 1), strides {a.strides}")
+    if not (a.shape[-1] <= 1 or a.strides[-1] == 1):
+        raise ValueError(f"{a.name}: last dimension must be contiguous (stride 1), strides "
+                         f"{a.strides}")
 
 
 def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_table,
@@ -94,20 +106,24 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
     int32 [num_reqs, >= max blocks], query_start_loc int32 [num_reqs + 1], seq_lens int32
     [num_reqs], lse float32 [num_tokens, num_heads] or None.
     """
-    _require(kv_layout in ("NHD", "HND"), f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+    if kv_layout not in ("NHD", "HND"):
+        raise ValueError(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
     arrays = [q, out, k_cache, v_cache, block_table, query_start_loc, seq_lens]
     arrays += [lse] if lse is not None else []
     for a in arrays:
-        _require(a.is_cuda, f"{a.name}: not a CUDA device array")
+        if not a.is_cuda:
+            raise ValueError(f"{a.name}: not a CUDA device array")
     _same_device(arrays)
 
     for a in (q, out):
         _rank(a, 3, "[num_tokens, num_heads, head_dim]")
         _dtype(a, dtype)
         _unit_last(a)
-    _require(out.shape == q.shape, f"out: shape {out.shape} differs from q's {q.shape}")
+    if out.shape != q.shape:
+        raise ValueError(f"out: shape {out.shape} differs from q's {q.shape}")
     num_tokens, num_heads, q_head_dim = q.shape
-    _require(q_head_dim == head_dim, f"q: head_dim {q_head_dim}, the kernel's is {head_dim}")
+    if q_head_dim != head_dim:
+        raise ValueError(f"q: head_dim {q_head_dim}, the kernel's is {head_dim}")
 
     kv_dims = "[num_blocks, page_size, num_kv_heads, head_dim]" if kv_layout == "NHD" else \
         "[num_blocks, num_kv_heads, page_size, head_dim]"
@@ -116,12 +132,14 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
         _rank(a, 4, kv_dims)
         _dtype(a, dtype)
         _unit_last(a)
-        _require(a.shape[3] == head_dim, f"{a.name}: head_dim {a.shape[3]}, the kernel's is "
-                 f"{head_dim}")
-        _require(a.shape[slot_dim] == page_size, f"{a.name}: page size {a.shape[slot_dim]} "
-                 f"(shape {a.shape}, layout {kv_layout}), the kernel's is {page_size}")
-    _require(k_cache.shape == v_cache.shape,
-             f"v_cache: shape {v_cache.shape} differs from k_cache's {k_cache.shape}")
+        if a.shape[3] != head_dim:
+            raise ValueError(f"{a.name}: head_dim {a.shape[3]}, the kernel's is "
+                             f"{head_dim}")
+        if a.shape[slot_dim] != page_size:
+            raise ValueError(f"{a.name}: page size {a.shape[slot_dim]} "
+                             f"(shape {a.shape}, layout {kv_layout}), the kernel's is {page_size}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"v_cache: shape {v_cache.shape} differs from k_cache's {k_cache.shape}")
     num_kv_heads = k_cache.shape[head_dim_index]
 
     _rank(block_table, 2, "[num_reqs, max_blocks]")
@@ -131,10 +149,12 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
     _rank(query_start_loc, 1, "[num_reqs + 1]")
     _rank(seq_lens, 1, "[num_reqs]")
     num_reqs = seq_lens.shape[0]
-    _require(query_start_loc.shape[0] == num_reqs + 1, f"query_start_loc: {query_start_loc.shape[0]}"
-             f" entries, expected num_reqs + 1 = {num_reqs + 1}")
-    _require(block_table.shape[0] == num_reqs, f"block_table: {block_table.shape[0]} rows, "
-             f"expected num_reqs = {num_reqs}")
+    if query_start_loc.shape[0] != num_reqs + 1:
+        raise ValueError(f"query_start_loc: {query_start_loc.shape[0]}"
+                         f" entries, expected num_reqs + 1 = {num_reqs + 1}")
+    if block_table.shape[0] != num_reqs:
+        raise ValueError(f"block_table: {block_table.shape[0]} rows, "
+                         f"expected num_reqs = {num_reqs}")
 
     fields = dict(
         q=q.ptr, out=out.ptr, k_cache=k_cache.ptr, v_cache=v_cache.ptr,
@@ -154,8 +174,8 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
         _rank(lse, 2, "[num_tokens, num_heads]")
         _dtype(lse, "fp32")
         _unit_last(lse)
-        _require(lse.shape == (num_tokens, num_heads),
-                 f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
+        if lse.shape != (num_tokens, num_heads):
+            raise ValueError(f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
         fields.update(lse=lse.ptr, lse_stride_token=lse.strides[0])
     return fields
 
@@ -170,23 +190,29 @@ def varlen_fields(*, head_dim, dtype, q, k, v, out, cu_seqlens, lse=None):
     """
     arrays = [q, k, v, out, cu_seqlens] + ([lse] if lse is not None else [])
     for a in arrays:
-        _require(a.is_cuda, f"{a.name}: not a CUDA device array")
+        if not a.is_cuda:
+            raise ValueError(f"{a.name}: not a CUDA device array")
     _same_device(arrays)
     for a in (q, k, v, out):
         _rank(a, 3, "[num_tokens, heads, head_dim]")
         _dtype(a, dtype)
         _unit_last(a)
-        _require(a.shape[2] == head_dim, f"{a.name}: head_dim {a.shape[2]}, the kernel's is "
-                 f"{head_dim}")
-    _require(out.shape == q.shape, f"out: shape {out.shape} differs from q's {q.shape}")
-    _require(v.shape == k.shape, f"v: shape {v.shape} differs from k's {k.shape}")
+        if a.shape[2] != head_dim:
+            raise ValueError(f"{a.name}: head_dim {a.shape[2]}, the kernel's is "
+                             f"{head_dim}")
+    if out.shape != q.shape:
+        raise ValueError(f"out: shape {out.shape} differs from q's {q.shape}")
+    if v.shape != k.shape:
+        raise ValueError(f"v: shape {v.shape} differs from k's {k.shape}")
     num_tokens, num_heads, _ = q.shape
-    _require(k.shape[0] == num_tokens, f"k: {k.shape[0]} tokens, q has {num_tokens} (K/V are "
-             "packed like q)")
+    if k.shape[0] != num_tokens:
+        raise ValueError(f"k: {k.shape[0]} tokens, q has {num_tokens} (K/V are "
+                         "packed like q)")
     _rank(cu_seqlens, 1, "[num_seqs + 1]")
     _dtype(cu_seqlens, "int32")
     _unit_last(cu_seqlens)
-    _require(cu_seqlens.shape[0] >= 1, "cu_seqlens: needs num_seqs + 1 >= 1 entries")
+    if cu_seqlens.shape[0] < 1:
+        raise ValueError("cu_seqlens: needs num_seqs + 1 >= 1 entries")
     fields = dict(
         q=q.ptr, k=k.ptr, v=v.ptr, out=out.ptr, cu_seqlens=cu_seqlens.ptr, lse=0,
         lse_stride_token=0, num_tokens=num_tokens, num_seqs=cu_seqlens.shape[0] - 1,
@@ -200,16 +226,17 @@ def varlen_fields(*, head_dim, dtype, q, k, v, out, cu_seqlens, lse=None):
         _rank(lse, 2, "[num_tokens, num_heads]")
         _dtype(lse, "fp32")
         _unit_last(lse)
-        _require(lse.shape == (num_tokens, num_heads),
-                 f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
+        if lse.shape != (num_tokens, num_heads):
+            raise ValueError(f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
         fields.update(lse=lse.ptr, lse_stride_token=lse.strides[0])
     return fields
 
 
 def _same_device(arrays):
     devices = {a.device_index for a in arrays if a.device_index is not None}
-    _require(len(devices) <= 1, "arrays are on different CUDA devices: " + ", ".join(
-        f"{a.name} on cuda:{a.device_index}" for a in arrays if a.device_index is not None))
+    if len(devices) > 1:
+        raise ValueError("arrays are on different CUDA devices: " + ", ".join(
+            f"{a.name} on cuda:{a.device_index}" for a in arrays if a.device_index is not None))
 
 
 _INT32_MAX = 2**31 - 1
@@ -224,10 +251,11 @@ def array_param_fields(a, *, dtype, dims, num_reqs, num_heads):
     and row_stride its stride; a 2-D one needs contiguous rows (row_stride = its first stride).
     """
     rank = len(dims)
-    declared = "[" + ", ".join(dims) + "]"
-    _require(a.is_cuda, f"{a.name}: not a CUDA device array")
-    _require(len(a.shape) == rank,
-             f"{a.name}: declared {dtype}{declared} ({rank}-D), got shape {a.shape}")
+    if not a.is_cuda:
+        raise ValueError(f"{a.name}: not a CUDA device array")
+    if len(a.shape) != rank:
+        raise ValueError(f"{a.name}: declared {dtype}[{', '.join(dims)}] ({rank}-D), got shape "
+                         f"{a.shape}")
     _dtype(a, dtype)
     rows = a.shape[0]
     cols = a.shape[1] if rank == 2 else 1
@@ -235,16 +263,21 @@ def array_param_fields(a, *, dtype, dims, num_reqs, num_heads):
         _unit_last(a)
     # Only row 0 is read when there is one row: any stride >= cols will do.
     row_stride = a.strides[0] if rows > 1 else cols
-    _require(row_stride >= cols or rows * cols == 0,
-             f"{a.name}: row stride {a.strides[0]} (elements) is smaller than the row length "
-             f"{cols}; broadcast or overlapping rows are not supported (use .contiguous())")
+    if not (row_stride >= cols or rows * cols == 0):
+        raise ValueError(f"{a.name}: row stride {a.strides[0]} (elements) is smaller than the "
+                         f"row length {cols}; broadcast or overlapping rows are not supported "
+                         f"(use .contiguous())")
     for value, what in ((rows, "rows"), (cols, "columns"), (row_stride, "row stride")):
-        _require(0 <= value <= _INT32_MAX, f"{a.name}: {value} {what} do not fit in int32")
+        if not (0 <= value <= _INT32_MAX):
+            raise ValueError(f"{a.name}: {value} {what} do not fit in int32")
     for d, (name, extent) in enumerate(zip(dims, (rows, cols))):
         need = num_reqs if name == "b" else num_heads if name == "h" else 0
-        _require(extent >= need, f"{a.name}: dimension {d} (`{name}`) has {extent} entries, "
-                 f"the call needs {need} ({'num_reqs' if name == 'b' else 'num_heads'})")
+        if extent < need:
+            raise ValueError(f"{a.name}: dimension {d} (`{name}`) has {extent} entries, the "
+                             f"call needs {need} "
+                             f"({'num_reqs' if name == 'b' else 'num_heads'})")
     if rows * cols == 0:
         return 0, 0, 0, 0
-    _require(a.ptr % 4 == 0, f"{a.name}: data pointer {a.ptr:#x} is not 4-byte aligned")
+    if a.ptr % 4 != 0:
+        raise ValueError(f"{a.name}: data pointer {a.ptr:#x} is not 4-byte aligned")
     return a.ptr, rows, cols, row_stride

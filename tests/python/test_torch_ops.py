@@ -1,0 +1,443 @@
+"""torch.ops.flexjit (tools/python/flexjit/_torch_ops.py): registration, fake tensors and
+torch.compile without a GPU; on a GPU, the operators against the ctypes calls (bit for bit),
+torch.compile(fullgraph=True), and CUDA-graph capture and replay of the planned run.
+
+Skipped with the reason when torch, the library or (for the GPU half) CUDA is missing. On the GPU
+machine (library staged in .carry/lib):
+
+    cd tests/python && FLEXJIT_LIBRARY=$PWD/../../.carry/lib/libflexjit_runtime.so \\
+        python3 -m unittest -v test_torch_ops
+"""
+
+import math
+import os
+import subprocess
+import sys
+import unittest
+from unittest import mock
+
+from support import REPO
+
+import flexjit
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+MASKS = str(REPO / "dsl" / "lib" / "standard.mask")
+
+
+def library_available():
+    try:
+        flexjit.runtime_version()
+        return True
+    except OSError:
+        return False
+
+
+def cuda_available():
+    return torch is not None and torch.cuda.is_available()
+
+
+NO_TORCH = "torch is not installed (the operators need it; CI has none)"
+NO_LIBRARY = "libflexjit_runtime.so not found (set FLEXJIT_LIBRARY)"
+NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
+
+HEADS, KV_HEADS, HEAD_DIM, PAGE = 8, 2, 128, 16
+
+
+def paged_batch(query_lens, seq_lens, *, device, seed=0, width=None, dtype=None):
+    """Inputs of one paged call: a joint K/V cache [blocks, 2, page, kv heads, D] with shuffled
+    blocks, q, and the int32 metadata. `width`: block-table columns (default: the longest)."""
+    dtype = dtype or torch.bfloat16
+    gen = torch.Generator().manual_seed(seed)
+    blocks = [math.ceil(s / PAGE) for s in seq_lens]
+    width = width or max(blocks)
+    num_blocks = sum(blocks) + 3
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    table = torch.zeros(len(seq_lens), width, dtype=torch.int32)
+    for r, n in enumerate(blocks):
+        table[r, :n] = torch.tensor([order.pop() for _ in range(n)], dtype=torch.int32)
+    joint = torch.randn(num_blocks, 2, PAGE, KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
+    joint = joint.to(device)
+    qsl = [0]
+    for n in query_lens:
+        qsl.append(qsl[-1] + n)
+    q = torch.randn(qsl[-1], HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
+    return dict(q=q, k_cache=joint[:, 0], v_cache=joint[:, 1], block_table=table.to(device),
+                query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
+                seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device))
+
+
+def document_ids(num_reqs, length, device):
+    """int32 [num_reqs, length]: documents of 37 tokens (request r's shifted by r)."""
+    positions = torch.arange(length, dtype=torch.int32)
+    return torch.stack([(positions + 11 * r) // 37 for r in range(num_reqs)]).to(device)
+
+
+def nan_like(q):
+    return torch.full_like(q, float("nan"))
+
+
+class ImportTest(unittest.TestCase):
+    def run_python(self, code):
+        env = dict(os.environ, PYTHONPATH=str(REPO / "tools" / "python"))
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True)
+
+    def test_torch_ops_without_torch_is_an_import_error(self):
+        result = self.run_python("import sys; sys.modules['torch'] = None\nimport flexjit\n"
+                                 "try:\n  flexjit.torch_ops\nexcept ImportError as e:\n"
+                                 "  print('ImportError', e)\n")
+        self.assertIn("ImportError", result.stdout, result.stderr)
+
+    @unittest.skipIf(torch is None, NO_TORCH)
+    def test_flexjit_imports_torch_only_for_torch_ops(self):
+        result = self.run_python("import sys, flexjit\nprint('torch' in sys.modules)\n"
+                                 "flexjit.torch_ops\nprint('torch' in sys.modules)\n")
+        self.assertEqual(result.stdout.split(), ["False", "True"], result.stderr)
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+@unittest.skipUnless(library_available(), NO_LIBRARY)
+class TorchOpsTest(unittest.TestCase):
+    """What needs no GPU: schemas, the registry, fake tensors, tracing on the meta device."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ops = flexjit.torch_ops
+        cls.ctx = flexjit.Context()
+        cls.program = cls.ctx.program_from_file(MASKS)
+        cls.kernel = cls.ctx.kernel(cls.program, "sliding", head_dim=HEAD_DIM, dtype="bf16",
+                                    page_size=PAGE, arch="sm_90a")
+        cls.encoder = cls.ctx.kernel(cls.program, "causal", head_dim=HEAD_DIM, dtype="bf16",
+                                     page_size=0, arch="sm_90a")
+        cls.ops.register("test.sliding", cls.kernel)
+        cls.ops.register("test.encoder", cls.encoder)
+
+    def test_schemas_declare_the_writes(self):
+        for name in ("paged_attention", "varlen_attention", "plan_run"):
+            with self.subTest(op=name):
+                schema = getattr(torch.ops.flexjit, name).default._schema
+                written = [a.name for a in schema.arguments
+                           if a.alias_info is not None and a.alias_info.is_write]
+                self.assertEqual(written, ["out", "lse", "workspace"])
+                self.assertEqual(len(schema.returns), 0)
+                self.assertEqual(str(schema), "flexjit::" + name + self.ops.SCHEMAS[name])
+
+    def test_registry(self):
+        self.assertIs(self.ops.lookup("test.sliding"), self.kernel)
+        with self.assertRaisesRegex(KeyError, "no kernel or plan registered under 'nope'.*"
+                                    "test.sliding"):
+            self.ops.lookup("nope")
+        with self.assertRaisesRegex(TypeError, "names a Kernel, this operator takes a Plan"):
+            self.ops.lookup("test.sliding", flexjit.Plan)
+        with self.assertRaises(TypeError):
+            self.ops.register("x", object())
+        with self.assertRaises(TypeError):
+            self.ops.register("", self.kernel)
+        self.ops.register("test.other", self.kernel)
+        self.ops.unregister("test.other")
+        with self.assertRaises(KeyError):
+            self.ops.lookup("test.other")
+
+    def test_fake_tensors_propagate_shapes(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        mode = FakeTensorMode()
+        batch = {name: mode.from_tensor(t) for name, t in
+                 paged_batch([3, 1], [40, 20], device="cpu").items()}
+        with mode:
+            lse = torch.empty(4, HEADS, dtype=torch.float32)
+            out = self.ops.paged_attention("test.sliding", **batch, max_query_len=3, lse=lse,
+                                           params={"window": 8})
+            self.assertEqual((tuple(out.shape), out.dtype), ((4, HEADS, HEAD_DIM),
+                                                             torch.bfloat16))
+            self.assertIsInstance(out, torch._subclasses.fake_tensor.FakeTensor)
+            out = self.ops.plan_run("test.plan", **batch)  # fakes resolve no key
+            self.assertEqual(tuple(out.shape), (4, HEADS, HEAD_DIM))
+            q = torch.empty(9, HEADS, HEAD_DIM, dtype=torch.bfloat16)
+            kv = torch.empty(9, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
+            out = self.ops.varlen_attention("test.encoder", q, kv, kv,
+                                            torch.empty(3, dtype=torch.int32), max_seq_len=5)
+            self.assertEqual(tuple(out.shape), (9, HEADS, HEAD_DIM))
+            with self.assertRaisesRegex(RuntimeError, r"out \(4, 8, 64\) differs from q"):
+                self.ops.paged_attention("test.sliding", **batch, max_query_len=3,
+                                         out=torch.empty(4, HEADS, 64, dtype=torch.bfloat16))
+            with self.assertRaisesRegex(RuntimeError, "lse is torch.bfloat16"):
+                self.ops.paged_attention("test.sliding", **batch, max_query_len=3,
+                                         lse=torch.empty(4, HEADS, dtype=torch.bfloat16))
+
+    @unittest.skipIf(cuda_available(), "with a GPU the stand-ins' pointers would be launched; "
+                     "TorchOpsGpuTest runs the implementations there")
+    def test_implementations_reach_the_driver(self):
+        # The CUDA implementations, called as the dispatcher calls them (positionally, in
+        # schema order) on stand-in tensors: every check passes and the launch fails only
+        # where it needs the driver. Proves the arguments land where the schema says. The
+        # stand-ins pose as torch tensors on cuda:0: the current device and stream are stood
+        # in for too.
+        from support import FakeTensor
+        with mock.patch("torch.cuda.current_device", return_value=0), \
+                mock.patch.object(flexjit, "_torch_stream", return_value=None):
+            self.check_implementations(FakeTensor)
+
+    def check_implementations(self, FakeTensor):
+        impls = {name: impl for name, (impl, _) in self.ops._IMPLS.items()}
+        joint = FakeTensor((10, 2, PAGE, KV_HEADS, HEAD_DIM))
+        kv_strides = (2 * PAGE * KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, HEAD_DIM, 1)
+        paged = [FakeTensor((4, HEADS, HEAD_DIM)),
+                 FakeTensor((10, PAGE, KV_HEADS, HEAD_DIM), strides=kv_strides),
+                 FakeTensor((10, PAGE, KV_HEADS, HEAD_DIM), strides=kv_strides,
+                            ptr=joint.data_ptr() + PAGE * KV_HEADS * HEAD_DIM * 2),
+                 FakeTensor((2, 5), "torch.int32"), FakeTensor((3,), "torch.int32"),
+                 FakeTensor((2,), "torch.int32"), FakeTensor((4, HEADS, HEAD_DIM)),
+                 FakeTensor((4, HEADS), "torch.float32")]
+        calls = [("paged_attention", ["test.sliding", *paged, 3, 0.0, "NHD", ["window"], [8.0],
+                                      [], [], None]),
+                 ("varlen_attention", ["test.encoder", FakeTensor((9, HEADS, HEAD_DIM)),
+                                       FakeTensor((9, KV_HEADS, HEAD_DIM)),
+                                       FakeTensor((9, KV_HEADS, HEAD_DIM)),
+                                       FakeTensor((3,), "torch.int32"),
+                                       FakeTensor((9, HEADS, HEAD_DIM)), None, 5, 0.0, [], [],
+                                       [], [], None])]
+        for name, args in calls:
+            with self.subTest(op=name):
+                with self.assertRaises(flexjit.FlexjitError) as caught:
+                    impls[name](*args)
+                self.assertEqual(caught.exception.status, flexjit.Status.CUDA,
+                                 caught.exception)
+        args = calls[0][1]
+        with self.assertRaisesRegex(ValueError, "lse: shape"):
+            impls["paged_attention"](*args[:8], FakeTensor((3, HEADS), "torch.float32"),
+                                     *args[9:])
+        with self.assertRaisesRegex(TypeError, "expected an integral value"):
+            impls["paged_attention"](*args[:13], [8.5], *args[14:])
+        with self.assertRaisesRegex(TypeError, "names a Kernel, this operator takes a Plan"):
+            impls["plan_run"]("test.sliding", *args[1:9], *args[10:])
+
+    def test_compile_fullgraph_on_meta_tensors(self):
+        # Traces through the Python entry point and the fake implementation: one graph, no
+        # break, and a second token count still traces (on the meta device the operator's
+        # meta kernel, its fake, runs the graph).
+        def step(batch, doc, window):
+            lse = batch["q"].new_empty(batch["q"].shape[:2], dtype=torch.float32)
+            out = self.ops.paged_attention("test.sliding", **batch, max_query_len=3, lse=lse,
+                                           params={"window": window}, arrays={"doc": doc})
+            return out * 2, lse
+
+        batch = paged_batch([3, 1], [40, 20], device="meta")
+        doc = document_ids(2, 48, "meta")
+        explained = torch._dynamo.explain(step)(batch, doc, 8)
+        self.assertEqual((explained.graph_count, explained.graph_break_count), (1, 0))
+        for backend in ("eager", "aot_eager"):
+            with self.subTest(backend=backend):
+                torch._dynamo.reset()
+                compiled = torch.compile(step, fullgraph=True, backend=backend)
+                out, lse = compiled(batch, doc, 8)
+                self.assertEqual((tuple(out.shape), tuple(lse.shape)),
+                                 ((4, HEADS, HEAD_DIM), (4, HEADS)))
+                out, _ = compiled(paged_batch([5, 2], [40, 20], device="meta"), doc, 8)
+                self.assertEqual(tuple(out.shape), (7, HEADS, HEAD_DIM))
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+@unittest.skipUnless(library_available(), NO_LIBRARY)
+@unittest.skipUnless(cuda_available(), NO_CUDA)
+class TorchOpsGpuTest(unittest.TestCase):
+    """The operators on the GPU against the ctypes path, compiled, and in CUDA graphs."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ops = flexjit.torch_ops
+        cls.ctx = flexjit.Context()
+        cls.program = cls.ctx.program_from_file(MASKS)
+        cls.kernels = {}
+        for mask in ("causal", "sliding", "document"):
+            cls.kernels[mask] = cls.ctx.kernel(cls.program, mask, head_dim=HEAD_DIM,
+                                               dtype="bf16", page_size=PAGE)
+            cls.ops.register("gpu." + mask, cls.kernels[mask])
+        cls.encoder = cls.ctx.kernel(cls.program, "document", head_dim=HEAD_DIM, dtype="bf16",
+                                     page_size=0)
+        cls.ops.register("gpu.encoder", cls.encoder)
+
+    # The three masks with their runtime arguments: none, a scalar, an array read along kv.
+    def cases(self, batch):
+        doc = document_ids(len(batch["seq_lens"]), 512, "cuda")
+        return [("causal", {}, {}), ("sliding", {"window": 40}, {}),
+                ("document", {}, {"doc": doc})]
+
+    def assert_identical(self, got, want, what):
+        self.assertTrue(torch.isfinite(want).all(), f"{what}: the reference is not finite")
+        self.assertTrue(torch.equal(got, want),
+                        f"{what}: differs, max |diff| {(got.float() - want.float()).abs().max()}")
+
+    def test_paged_matches_the_ctypes_call(self):
+        batch = paged_batch([1, 17, 64, 1], [300, 17, 200, 33], device="cuda", seed=1)
+        tokens = batch["q"].shape[0]
+        for mask, params, arrays in self.cases(batch):
+            with self.subTest(mask=mask):
+                want_lse = torch.zeros(tokens, HEADS, device="cuda")
+                want = self.kernels[mask](**batch, out=torch.zeros_like(batch["q"]),
+                                          lse=want_lse, max_query_len=64, params=params,
+                                          arrays=arrays)
+                lse = torch.full((tokens, HEADS), float("nan"), device="cuda")
+                out = self.ops.paged_attention("gpu." + mask, **batch, out=nan_like(batch["q"]),
+                                               lse=lse, max_query_len=64, params=params,
+                                               arrays=arrays)
+                torch.cuda.synchronize()
+                self.assert_identical(out, want, f"{mask} out")
+                self.assert_identical(lse, want_lse, f"{mask} lse")
+        # A workspace of the caller's gives the same result.
+        doc = self.cases(batch)[2][2]
+        size = self.ops.workspace_size("gpu.document", doc, num_reqs=4, num_heads=HEADS)
+        self.assertGreater(size, 0)
+        workspace = torch.empty(size, dtype=torch.uint8, device="cuda")
+        out = self.ops.paged_attention("gpu.document", **batch, max_query_len=64, arrays=doc,
+                                       workspace=workspace)
+        self.assert_identical(out, self.kernels["document"](**batch, max_query_len=64,
+                                                            arrays=doc), "document, workspace")
+
+    def test_checks_are_the_ctypes_calls(self):
+        batch = paged_batch([2], [20], device="cuda")
+        with self.assertRaisesRegex(ValueError, "q: dtype fp16, expected bf16"):
+            self.ops.paged_attention("gpu.causal", **dict(batch, q=batch["q"].half()),
+                                     max_query_len=2)
+        with self.assertRaisesRegex(TypeError, "expected an integral value"):
+            self.ops.paged_attention("gpu.sliding", **batch, max_query_len=2,
+                                     params={"window": 1.5})
+        with self.assertRaisesRegex(KeyError, "no kernel or plan registered under 'gpu.nope'"):
+            self.ops.paged_attention("gpu.nope", **batch, max_query_len=2)
+
+    def test_varlen_matches_the_ctypes_call(self):
+        gen = torch.Generator().manual_seed(2)
+        cu = torch.tensor([0, 50, 51, 180], dtype=torch.int32, device="cuda")
+        qkv = torch.randn(180, HEADS + 2 * KV_HEADS, HEAD_DIM, generator=gen)
+        qkv = qkv.to(torch.bfloat16).cuda()
+        q, k, v = qkv.split([HEADS, KV_HEADS, KV_HEADS], dim=1)
+        doc = document_ids(3, 129, "cuda")
+        want = self.encoder.varlen(q, k, v, cu, max_seq_len=129, arrays={"doc": doc})
+        out = self.ops.varlen_attention("gpu.encoder", q, k, v, cu, max_seq_len=129,
+                                        out=nan_like(q), arrays={"doc": doc})
+        torch.cuda.synchronize()
+        self.assert_identical(out, want, "varlen out")
+
+    def test_compile_fullgraph_matches_eager(self):
+        def step(batch, doc, window, longest):
+            lse = batch["q"].new_empty(batch["q"].shape[:2], dtype=torch.float32)
+            sliding = self.ops.paged_attention("gpu.sliding", **batch, max_query_len=longest,
+                                               lse=lse, params={"window": window})
+            document = self.ops.paged_attention("gpu.document", **batch, max_query_len=longest,
+                                                arrays={"doc": doc})
+            return sliding, lse, document
+
+        batch = paged_batch([1, 17, 64, 1], [300, 17, 200, 33], device="cuda", seed=3)
+        doc = document_ids(4, 512, "cuda")
+        explained = torch._dynamo.explain(step)(batch, doc, 40, 64)
+        self.assertEqual((explained.graph_count, explained.graph_break_count), (1, 0),
+                         explained.break_reasons)
+        torch._dynamo.reset()
+        compiled = torch.compile(step, fullgraph=True)  # inductor
+        for seed, query_lens in ((3, [1, 17, 64, 1]), (4, [2, 5, 1, 30])):
+            with self.subTest(query_lens=query_lens):
+                batch = paged_batch(query_lens, [300, 17, 200, 33], device="cuda", seed=seed)
+                # The library refuses a max_query_len above the token count: pass each batch's.
+                got = compiled(batch, doc, 40, max(query_lens))
+                want = step(batch, doc, 40, max(query_lens))
+                torch.cuda.synchronize()
+                for name, g, w in zip(("sliding", "lse", "document"), got, want):
+                    self.assert_identical(g, w, f"compiled {name}")
+
+    def plan_setup(self, key):
+        """A plan of the causal kernel and static buffers for three batches of 4 requests."""
+        kernel = self.kernels["causal"]
+        plan = kernel.plan(max_num_reqs=4, max_num_tokens=48, max_query_len=32,
+                           num_heads=HEADS, num_kv_heads=KV_HEADS)
+        self.ops.register(key, plan)
+        batches = [([1, 1, 1, 1], [100, 37, 300, 5]), ([1, 20, 1, 3], [64, 200, 17, 90]),
+                   ([1, 1, 1, 1], [1000, 2, 500, 130])]
+        width = 64  # blocks per request: 1000 keys need 63
+        inputs = [paged_batch(ql, sl, device="cuda", seed=10 + i, width=width)
+                  for i, (ql, sl) in enumerate(batches)]
+        pool = max(b["k_cache"].shape[0] for b in inputs)
+        joint = torch.zeros(pool, 2, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16,
+                            device="cuda")
+        static = dict(q=torch.zeros(48, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda"),
+                      k_cache=joint[:, 0], v_cache=joint[:, 1],
+                      block_table=torch.zeros(4, width, dtype=torch.int32, device="cuda"),
+                      query_start_loc=torch.zeros(5, dtype=torch.int32, device="cuda"),
+                      seq_lens=torch.zeros(4, dtype=torch.int32, device="cuda"))
+        out = torch.zeros_like(static["q"])
+
+        def load(i):
+            """Plans batch i (outside any capture) and writes it into the static buffers."""
+            b = inputs[i]
+            plan.update(b["query_start_loc"].tolist(), b["seq_lens"].tolist(), width)
+            tokens = b["q"].shape[0]
+            static["q"][:tokens].copy_(b["q"])
+            n = b["k_cache"].shape[0]
+            joint[:n, 0].copy_(b["k_cache"])
+            joint[:n, 1].copy_(b["v_cache"])
+            for name in ("block_table", "query_start_loc", "seq_lens"):
+                static[name].copy_(b[name])
+            return tokens, b
+
+        return plan, static, out, load, len(batches)
+
+    def check_replays(self, graph, run, static, out, load, count):
+        for i in range(count):
+            with self.subTest(batch=i):
+                tokens, b = load(i)
+                out.fill_(float("nan"))
+                graph.replay()
+                torch.cuda.synchronize()
+                replayed = out[:tokens].clone()
+                out.fill_(float("nan"))
+                run()  # eager, same plan update
+                torch.cuda.synchronize()
+                self.assert_identical(replayed, out[:tokens], f"replay of batch {i}")
+                # And close to the unplanned kernel over the batch's own tensors.
+                want = self.kernels["causal"](**b)  # max_query_len read from the batch
+                torch.cuda.synchronize()
+                # Split-KV decode merges float32 partials: within bf16 rounding, not equal.
+                torch.testing.assert_close(replayed.float(), want.float(), atol=2e-2, rtol=2e-2,
+                                           msg=lambda m: f"batch {i}, planned vs unplanned: {m}")
+
+    def capture(self, run):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run()  # warm-up outside the capture (compiles and loads on first use)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        return graph
+
+    def test_plan_run_in_a_cuda_graph(self):
+        plan, static, out, load, count = self.plan_setup("gpu.plan")
+        load(0)
+
+        def run():
+            self.ops.plan_run("gpu.plan", **static, out=out)
+
+        graph = self.capture(run)
+        self.check_replays(graph, run, static, out, load, count)
+
+    def test_compiled_plan_run_in_a_cuda_graph(self):
+        plan, static, out, load, count = self.plan_setup("gpu.plan.compiled")
+        load(0)
+
+        @torch.compile(fullgraph=True)
+        def step(static, out):
+            self.ops.plan_run("gpu.plan.compiled", **static, out=out)
+
+        def run():
+            step(static, out)
+
+        graph = self.capture(run)
+        self.check_replays(graph, run, static, out, load, count)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,277 @@
+"""torch.ops.flexjit: the kernels and plans of this module as PyTorch custom operators.
+
+    import flexjit
+    ops = flexjit.torch_ops                    # imports torch and registers the operators
+    ops.register("sliding128", kern)           # a Kernel or a Plan, under a string key
+    out = ops.paged_attention("sliding128", q, k_cache, v_cache, block_table,
+                              query_start_loc, seq_lens, max_query_len=1,
+                              params={"window": 1024})
+
+The operators (torch.library define/impl, with fake implementations; SCHEMAS lists them) write
+`out` (and `lse`, and the `workspace`) in place and return nothing, so torch.compile traces them
+without a graph break and functionalises the writes. They name their kernel or plan by a string
+key looked up in this module's registry when the operator runs: torch.compile guards on the key
+(a constant of the graph), never on the registry's contents. docs/python.md has the schemas,
+the guards and the CUDA-graph rules. Importing flexjit does not import this module.
+"""
+
+import torch
+
+from . import Kernel, ParamType, Plan
+
+__all__ = ["register", "unregister", "lookup", "paged_attention", "varlen_attention",
+           "plan_run", "workspace_size", "SCHEMAS"]
+
+# What the three operators take. The scalar runtime parameters travel as names and numbers (an
+# int or bool parameter's number must be integral), the array parameters as names and tensors;
+# `workspace` (uint8, CUDA) is fj_*_attention_args.workspace, needed to capture a launch whose
+# variant reads arrays along a position dimension.
+SCHEMAS = {
+    "paged_attention":
+        "(str kernel, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
+        "Tensor query_start_loc, Tensor seq_lens, Tensor(a!) out, Tensor(b!)? lse, "
+        "SymInt max_query_len, float scale, str kv_layout, str[] param_names, "
+        "float[] param_values, str[] array_names, Tensor[] arrays, Tensor(c!)? workspace) -> ()",
+    "varlen_attention":
+        "(str kernel, Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, Tensor(a!) out, "
+        "Tensor(b!)? lse, SymInt max_seq_len, float scale, str[] param_names, "
+        "float[] param_values, str[] array_names, Tensor[] arrays, Tensor(c!)? workspace) -> ()",
+    "plan_run":
+        "(str plan, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
+        "Tensor query_start_loc, Tensor seq_lens, Tensor(a!) out, Tensor(b!)? lse, "
+        "float scale, str kv_layout, str[] param_names, float[] param_values, "
+        "str[] array_names, Tensor[] arrays, Tensor(c!)? workspace) -> ()",
+}
+
+_registry = {}
+_INT, _BOOL = ParamType.INT, ParamType.BOOL
+
+
+def register(key, target):
+    """Makes Kernel or Plan `target` callable by the operators under string `key` (replacing
+    what the key named before: compiled graphs that use the key see the new one at their next
+    run, without recompiling). Returns the key."""
+    if not isinstance(key, str) or not key:
+        raise TypeError(f"key: expected a non-empty str, got {key!r}")
+    if not isinstance(target, (Kernel, Plan)):
+        raise TypeError(f"register: expected a flexjit.Kernel or flexjit.Plan, got "
+                        f"{type(target).__name__}")
+    _registry[key] = target
+    return key
+
+
+def unregister(key):
+    """Forgets `key` (the kernel or plan lives on while anything else holds it)."""
+    _registry.pop(key, None)
+
+
+def lookup(key, kind=None):
+    """The Kernel or Plan registered under `key`; KeyError naming the known keys if none, and
+    TypeError if it is not a `kind` (Kernel or Plan)."""
+    try:
+        target = _registry[key]
+    except KeyError:
+        known = ", ".join(sorted(_registry)) or "none"
+        raise KeyError(f"flexjit: no kernel or plan registered under {key!r} (registered: "
+                       f"{known}; flexjit.torch_ops.register)") from None
+    if kind is not None and not isinstance(target, kind):
+        raise TypeError(f"flexjit: {key!r} names a {type(target).__name__}, this operator "
+                        f"takes a {kind.__name__}")
+    return target
+
+
+# --- the operators' implementations (CUDA) ------------------------------------------------------
+
+def _named_params(program, names, values):
+    """{name: value} for Program.param_values from the operator's two lists: int and bool
+    parameters get ints (their numbers must be integral), float parameters the numbers."""
+    if len(names) != len(values):
+        raise ValueError(f"param_names has {len(names)} entries, param_values {len(values)}")
+    params = {}
+    for name, value in zip(names, values):
+        if program.param_info(name).type in (_INT, _BOOL):
+            if not float(value).is_integer():
+                raise TypeError(f"parameter {name!r} ({program.param_info(name)}): expected an "
+                                f"integral value, got {value!r}")
+            value = int(value)
+        params[name] = value
+    return params
+
+
+def _named_arrays(names, tensors):
+    if len(names) != len(tensors):
+        raise ValueError(f"array_names has {len(names)} entries, arrays {len(tensors)}")
+    return dict(zip(names, tensors))
+
+
+def _use_workspace(args, workspace):
+    """Points a launch's struct at the caller's workspace (a CUDA tensor; its bytes)."""
+    if workspace is None:
+        return
+    if not workspace.is_cuda or not workspace.is_contiguous():
+        raise ValueError("workspace: expected a contiguous CUDA tensor")
+    args.workspace = workspace.data_ptr()
+    args.workspace_bytes = workspace.numel() * workspace.element_size()
+
+
+def _paged_args(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+                max_query_len, scale, kv_layout, param_names, param_values, array_names, arrays,
+                workspace):
+    """Kernel.paged_args (prepare()'s checks, once per geometry) from the operator's lists."""
+    args, stream = kernel.paged_args(
+        q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out=out, lse=lse,
+        max_query_len=max_query_len, scale=scale, kv_layout=kv_layout,
+        params=(_named_params(kernel.program, param_names, param_values)
+                if param_names or param_values else None),
+        arrays=_named_arrays(array_names, arrays) if array_names or arrays else None)
+    _use_workspace(args, workspace)
+    return args, stream
+
+
+def _paged_attention_impl(kernel, *args):
+    target = lookup(kernel, Kernel)
+    target.enqueue(*_paged_args(target, *args))
+
+
+def _varlen_attention_impl(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, scale,
+                           param_names, param_values, array_names, arrays, workspace):
+    target = lookup(kernel, Kernel)
+    launch = target.prepare_varlen(q, k, v, cu_seqlens, out=out, lse=lse,
+                                   max_seq_len=max_seq_len, scale=scale,
+                                   params=_named_params(target.program, param_names,
+                                                        param_values),
+                                   arrays=_named_arrays(array_names, arrays))
+    _use_workspace(launch.args, workspace)
+    launch.launch()
+
+
+def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+                   scale, kv_layout, *lists):
+    target = lookup(plan, Plan)
+    # max_query_len is not read by a planned run (the plan's update has the lengths); passing
+    # it keeps prepare() from reading query_start_loc back, which capture forbids.
+    args, stream = _paged_args(target.kernel, q, k_cache, v_cache, block_table, query_start_loc,
+                               seq_lens, out, lse, 0, scale, kv_layout, *lists)
+    target.run_args(args, stream)
+
+
+# --- fake implementations: what torch.compile traces ------------------------------------------
+
+def _fake_checks(q, out, lse):
+    """What the fakes check (the CUDA implementations check everything): out is like q, lse
+    float32 [num_tokens, num_heads]."""
+    torch._check(q.dim() == 3, lambda: f"flexjit: q has shape {tuple(q.shape)}, expected "
+                 f"[num_tokens, num_heads, head_dim]")
+    torch._check(out.dim() == 3 and out.dtype == q.dtype,
+                 lambda: f"flexjit: out is {out.dtype} {tuple(out.shape)}, q {q.dtype}")
+    for d in range(3):
+        torch._check(out.shape[d] == q.shape[d],
+                     lambda: f"flexjit: out {tuple(out.shape)} differs from q {tuple(q.shape)}")
+    if lse is not None:
+        torch._check(lse.dim() == 2 and lse.dtype == torch.float32,
+                     lambda: f"flexjit: lse is {lse.dtype} {tuple(lse.shape)}, expected float32 "
+                     f"[num_tokens, num_heads]")
+        for d in range(2):
+            torch._check(lse.shape[d] == q.shape[d],
+                         lambda: f"flexjit: lse {tuple(lse.shape)}, expected "
+                         f"{tuple(q.shape[:2])}")
+
+
+def _paged_attention_fake(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
+                          out, lse, max_query_len, scale, kv_layout, param_names, param_values,
+                          array_names, arrays, workspace):
+    _fake_checks(q, out, lse)
+
+
+def _varlen_attention_fake(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, scale,
+                           param_names, param_values, array_names, arrays, workspace):
+    _fake_checks(q, out, lse)
+
+
+def _plan_run_fake(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+                   scale, kv_layout, param_names, param_values, array_names, arrays, workspace):
+    _fake_checks(q, out, lse)
+
+
+_IMPLS = {"paged_attention": (_paged_attention_impl, _paged_attention_fake),
+          "varlen_attention": (_varlen_attention_impl, _varlen_attention_fake),
+          "plan_run": (_plan_run_impl, _plan_run_fake)}
+
+
+def _define():
+    library = torch.library.Library("flexjit", "DEF")
+    register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
+    for name, schema in SCHEMAS.items():
+        impl, fake = _IMPLS[name]
+        library.define(name + schema)
+        library.impl(name, impl, "CUDA")
+        register_fake("flexjit::" + name, fake, lib=library)
+    return library
+
+
+_library = _define()  # kept: the registrations live as long as this object
+# The overloads themselves: calling the packet (torch.ops.flexjit.paged_attention) resolves
+# the overload on every call.
+_paged_attention = torch.ops.flexjit.paged_attention.default
+_varlen_attention = torch.ops.flexjit.varlen_attention.default
+_plan_run = torch.ops.flexjit.plan_run.default
+
+
+# --- Python entry points (traceable by torch.compile) -----------------------------------------
+
+def _split(params, arrays):
+    params = params or {}
+    arrays = arrays or {}
+    names = list(params)
+    array_names = list(arrays)
+    return (names, [float(params[name]) for name in names], array_names,
+            [arrays[name] for name in array_names])
+
+
+def paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
+                    max_query_len, out=None, lse=None, params=None, arrays=None, scale=0.0,
+                    kv_layout="NHD", workspace=None):
+    """torch.ops.flexjit.paged_attention with Kernel.__call__'s arguments; `kernel` is a key
+    given to register(). `max_query_len` (the longest query, a host int) is required: reading
+    it from query_start_loc would synchronise. Returns `out` (a new tensor like q if None)."""
+    if out is None:
+        out = q.new_empty(q.shape)
+    names, values, array_names, tensors = _split(params, arrays)
+    _paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
+                     lse, max_query_len, float(scale), kv_layout, names, values, array_names,
+                     tensors, workspace)
+    return out
+
+
+def varlen_attention(kernel, q, k, v, cu_seqlens, *, max_seq_len, out=None, lse=None,
+                     params=None, arrays=None, scale=0.0, workspace=None):
+    """torch.ops.flexjit.varlen_attention with Kernel.varlen's arguments (a page_size 0
+    kernel's key); `max_seq_len` is required. Returns `out`."""
+    if out is None:
+        out = q.new_empty(q.shape)
+    names, values, array_names, tensors = _split(params, arrays)
+    _varlen_attention(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, float(scale), names,
+                      values, array_names, tensors, workspace)
+    return out
+
+
+def plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out=None,
+             lse=None, params=None, arrays=None, scale=0.0, kv_layout="NHD", workspace=None):
+    """torch.ops.flexjit.plan_run: Plan.run over these tensors, the batch of the plan's last
+    update (`plan` is a key given to register()). Capturable in a CUDA graph; update the plan
+    outside the capture (Plan.update). Returns `out`."""
+    if out is None:
+        out = q.new_empty(q.shape)
+    names, values, array_names, tensors = _split(params, arrays)
+    _plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+              float(scale), kv_layout, names, values, array_names, tensors, workspace)
+    return out
+
+
+def workspace_size(kernel, arrays, *, num_reqs, num_heads):
+    """Bytes of workspace (fj_attention_workspace_size) the registered kernel `kernel` needs
+    with these array parameters ({name: tensor}); 0 when it summarises none. Allocate it as
+    torch.empty(size, dtype=torch.uint8, device="cuda") and pass it as workspace=."""
+    target = lookup(kernel)
+    target = target.kernel if isinstance(target, Plan) else target
+    return target.workspace_size(arrays, num_reqs=num_reqs, num_heads=num_heads)
