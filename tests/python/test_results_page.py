@@ -162,6 +162,18 @@ class PageTest(unittest.TestCase):
         self.assertIn("≥ 1.3× flex_attention: 1.50× met ✓", cells[4])
         self.assertIn("- fa4 mask_mod on family_8k_dilated: mask_mod on every tile", page)
 
+    def test_host_time_against_an_empty_ops_floor(self):
+        rows = [{"workload": "overhead_torch_op", "impl": "flexjit", "measure": "op",
+                 "value": 14.0, "min": 13.0, "unit": "us"},
+                {"workload": "overhead_torch_op", "impl": "floor", "measure": "empty op",
+                 "value": 5.0, "min": 4.5, "unit": "us"},
+                {"workload": "overhead_prepared_launch", "impl": "flexjit", "measure": "launch",
+                 "value": 6.0, "min": 5.5, "unit": "us"}]
+        page = R.render({"overhead": {"meta": META, "rows": rows, "metadata": []}})
+        self.assertIn("≤ 15 us: 14.0 met ✓", line_of(page, "| op |"))
+        self.assertIn("| empty op (floor) | 5.000 us | 4.500 us | — |", page)
+        self.assertIn("≤ 5 us: 6.000 missed ✗", line_of(page, "| launch |"))
+
     def test_peer_notes_are_listed(self):
         self.assertIn("- sdpa flash on prefill_causal_16k: n/a: mask/score or ragged batch "
                       "not expressible", self.page)
