@@ -26,9 +26,9 @@
 
 #include "bench_util.h"
 #include "flexjit/dsl/frontend.h"
-#include "handles.h"
-#include "kernel_cache.h"
-#include "kernel_source.h"
+#include "launch/handles.h"
+#include "jit/kernel_cache.h"
+#include "jit/kernel_source.h"
 
 extern char** environ;
 

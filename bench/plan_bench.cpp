@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "plan.h"
+#include "launch/plan.h"
 
 namespace {
 

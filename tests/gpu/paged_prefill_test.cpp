@@ -12,8 +12,8 @@
 
 #include "fixture.h"
 #include "flexjit/flexjit.h"
-#include "ops_check.h"
-#include "paged_check.h"
+#include "check/ops_check.h"
+#include "check/paged_check.h"
 
 namespace {
 

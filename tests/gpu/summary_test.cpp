@@ -16,14 +16,14 @@
 #include <vector>
 
 #include "array_summary.cuh"
-#include "check_support.h"
-#include "cuda_driver.h"
+#include "check/check_support.h"
+#include "launch/cuda_driver.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/flexjit.h"
-#include "handles.h"
-#include "paged_check.h"
-#include "reference.h"
-#include "summaries.h"
+#include "launch/handles.h"
+#include "check/paged_check.h"
+#include "check/reference.h"
+#include "launch/summaries.h"
 
 namespace {
 

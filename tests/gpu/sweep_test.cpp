@@ -33,7 +33,7 @@
 
 #include "fixture.h"
 #include "flexjit/flexjit.h"
-#include "paged_check.h"
+#include "check/paged_check.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_driver.h"
+#include "launch/cuda_driver.h"
 #include "flexjit/flexjit.h"
 
 namespace {

@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "cpu_attention.h"
-#include "cpu_check.h"
+#include "cpu/cpu_attention.h"
+#include "check/cpu_check.h"
 #include "flexjit/flexjit.h"
-#include "handles.h"
-#include "paged_check.h"
-#include "reference.h"
+#include "launch/handles.h"
+#include "check/paged_check.h"
+#include "check/reference.h"
 
 namespace {
 

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "kernel_cache.h"
-#include "kernel_source.h"
+#include "jit/kernel_cache.h"
+#include "jit/kernel_source.h"
 
 using flexjit::PrefillKernelConfig;
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "embedded_templates.h"
-#include "nvrtc_compiler.h"
+#include "flexjit/internal/inspect.h"
+#include "jit/nvrtc_compiler.h"
 
 using namespace flexjit;
 

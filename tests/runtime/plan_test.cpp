@@ -15,8 +15,8 @@
 
 #include "flexjit/compiler/mask.h"
 #include "flexjit/flexjit.h"
-#include "kernel_source.h"
-#include "plan.h"
+#include "jit/kernel_source.h"
+#include "launch/plan.h"
 #include "runtime/ptxas_report.h"
 #include "standard_masks.h"
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "embedded_templates.h"
-#include "kernel_cache.h"
-#include "nvrtc_compiler.h"
+#include "flexjit/internal/inspect.h"
+#include "jit/kernel_cache.h"
+#include "jit/nvrtc_compiler.h"
 
 namespace flexjit::testing {
 

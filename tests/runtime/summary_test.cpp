@@ -7,10 +7,10 @@
 
 #include "array_summary.cuh"
 #include "flexjit/flexjit.h"
-#include "handles.h"
-#include "nvrtc_compiler.h"
+#include "launch/handles.h"
+#include "jit/nvrtc_compiler.h"
 #include "runtime/ptxas_report.h"
-#include "summaries.h"
+#include "launch/summaries.h"
 
 namespace {
 
