@@ -9,19 +9,9 @@
 #include "jit/nvrtc_compiler.h"
 #include "launch/cuda_driver.h"
 #include "launch/handles.h"
+#include "launch/plan.h"
 
 namespace flexjit::inspect {
-
-namespace {
-
-std::vector<NvrtcHeader> template_headers() {
-  std::vector<NvrtcHeader> headers;
-  for (const EmbeddedFile& file : embedded_templates())
-    headers.push_back({file.name, file.text});
-  return headers;
-}
-
-}  // namespace
 
 CacheCounts cache_counts(const fj_context& context) {
   return {context.cache.compile_count(), context.cache.disk_hit_count()};
@@ -79,6 +69,64 @@ std::optional<ClearedDiskCache> clear_disk_cache() {
 
 uint32_t cache_format_version() {
   return kCacheFormatVersion;
+}
+
+IsolatedCache::IsolatedCache(const std::filesystem::path& directory)
+    : cache_(std::make_unique<KernelCache>(KernelCacheOptions{
+          .disk = std::make_shared<DiskCache>(DiskCacheConfig{.directory = directory}),
+          .dump_dir = {}})) {}
+
+IsolatedCache::~IsolatedCache() = default;
+
+Result<bool> IsolatedCache::get(const KernelSpec& spec) {
+  auto kernel = cache_->get(spec);
+  if (!kernel) return kernel.error();
+  return true;
+}
+
+size_t IsolatedCache::disk_hits() const {
+  return cache_->disk_hit_count();
+}
+
+Result<bool> cache_get(fj_context& context, const KernelSpec& spec) {
+  auto kernel = context.cache.get(spec);
+  if (!kernel) return kernel.error();
+  return true;
+}
+
+bool program_has_kernel(const fj_program& program, const fj_kernel_desc& desc,
+                        std::string_view arch) {
+  return find_program_kernel(program, kernel_request_key(desc, arch)) != nullptr;
+}
+
+struct Planner::State {
+  PlanShape shape;
+  WorkPlan plan;
+};
+
+Planner::Planner(const PlannerShape& shape) : state_(std::make_unique<State>()) {
+  state_->shape.max_num_reqs = shape.max_num_reqs;
+  state_->shape.max_num_tokens = shape.max_num_tokens;
+  state_->shape.max_query_len = shape.max_query_len;
+  state_->shape.num_heads = shape.num_heads;
+  state_->shape.num_kv_heads = shape.num_kv_heads;
+  state_->shape.page_size = shape.page_size;
+  state_->shape.decode_wave = shape.decode_wave;
+}
+
+Planner::~Planner() = default;
+
+Result<bool> Planner::build(std::span<const int32_t> query_start_loc,
+                            std::span<const int32_t> seq_lens, int64_t max_blocks_per_req) {
+  return build_plan(state_->shape, query_start_loc, seq_lens, max_blocks_per_req, state_->plan);
+}
+
+int Planner::decode_items() const {
+  return state_->plan.counts.decode;
+}
+
+int Planner::prefill_items() const {
+  return state_->plan.counts.prefill;
 }
 
 std::filesystem::path cuda_home() {

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,6 +20,8 @@
 #include "flexjit/flexjit.h"
 
 namespace flexjit {
+
+class KernelCache;  // jit/kernel_cache.h
 
 // Everything that determines a kernel's cubin (together with the embedded templates and the
 // NVRTC version, which the cache adds).
@@ -138,6 +141,59 @@ struct ClearedDiskCache {
 std::optional<ClearedDiskCache> clear_disk_cache();
 // The version of the disk cache's entry format.
 uint32_t cache_format_version();
+
+// A kernel cache of its own over a disk cache in `directory`, nothing dumped: what the compile
+// benchmark times cold compiles and disk hits with.
+class IsolatedCache {
+ public:
+  explicit IsolatedCache(const std::filesystem::path& directory);
+  IsolatedCache(const IsolatedCache&) = delete;
+  IsolatedCache& operator=(const IsolatedCache&) = delete;
+  ~IsolatedCache();
+  // The kernel of `spec`, compiled or loaded from disk (as KernelCache::get).
+  Result<bool> get(const KernelSpec& spec);
+  size_t disk_hits() const;
+
+ private:
+  std::unique_ptr<KernelCache> cache_;
+};
+
+// A context's own kernel cache asked for `spec` (a memory hit once fj_kernel_create built it).
+Result<bool> cache_get(fj_context& context, const KernelSpec& spec);
+
+// Whether fj_kernel_create on `program` has built the kernel `desc` names for `arch`: the
+// per-program lookup a repeated fj_kernel_create starts with.
+bool program_has_kernel(const fj_program& program, const fj_kernel_desc& desc,
+                        std::string_view arch);
+
+// The planner, fj_plan_update's host half (no device): the work lists of batches of one shape,
+// built again for each batch into the same storage.
+struct PlannerShape {
+  int max_num_reqs = 0;
+  int max_num_tokens = 0;
+  int max_query_len = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int page_size = 16;
+  int decode_wave = 1;  // CTAs of the decode kernel the device runs at once
+};
+class Planner {
+ public:
+  explicit Planner(const PlannerShape& shape);
+  Planner(const Planner&) = delete;
+  Planner& operator=(const Planner&) = delete;
+  ~Planner();
+  // Plans one batch (build_plan's rules and errors).
+  Result<bool> build(std::span<const int32_t> query_start_loc, std::span<const int32_t> seq_lens,
+                     int64_t max_blocks_per_req);
+  // Items of the last plan built.
+  int decode_items() const;
+  int prefill_items() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // $CUDA_HOME as the environment gives it (empty when unset).
 std::filesystem::path cuda_home();
