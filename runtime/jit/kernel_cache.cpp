@@ -10,11 +10,11 @@
 #include <string_view>
 #include <utility>
 
-#include "launch/cuda_driver.h"
 #include "flexjit/internal/inspect.h"
 #include "jit/environment.h"
 #include "jit/log.h"
 #include "jit/nvrtc_compiler.h"
+#include "launch/cuda_driver.h"
 
 // Header-only xxHash: nothing to link, no libxxhash.so needed where the library runs.
 #define XXH_INLINE_ALL
@@ -219,10 +219,15 @@ Result<CompiledKernelPtr> KernelCache::load_or_compile(const KernelSpec& spec, s
                                                 std::move(entry.log));
 }
 
-Result<CacheEntry> KernelCache::compile(const KernelSpec& spec, const std::string& key) {
+std::vector<NvrtcHeader> template_headers() {
   std::vector<NvrtcHeader> headers;
   for (const EmbeddedFile& file : embedded_templates())
     headers.push_back({file.name, file.text});
+  return headers;
+}
+
+Result<CacheEntry> KernelCache::compile(const KernelSpec& spec, const std::string& key) {
+  const std::vector<NvrtcHeader> headers = template_headers();
   compile_count_.fetch_add(1);
   log(LogLevel::Debug, "compiling {} ({}) with NVRTC", spec.name, key);
   const auto start = std::chrono::steady_clock::now();

@@ -16,9 +16,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "jit/disk_cache.h"
 #include "flexjit/compiler/result.h"
 #include "flexjit/internal/inspect.h"  // KernelSpec
+#include "jit/disk_cache.h"
+#include "jit/nvrtc_compiler.h"
 
 namespace flexjit {
 
@@ -74,6 +75,9 @@ struct KernelCacheOptions {
 
 // Where a failed compile's source goes when no dump directory is set (under the temp dir).
 inline constexpr std::string_view kFailedSourceDir = "flexjit-failed";
+
+// Every embedded template as a header NVRTC may include by name: what the cache compiles with.
+std::vector<NvrtcHeader> template_headers();
 
 // Compiled kernels by key, for the life of the cache.
 class KernelCache {
