@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "check/cpu_check.h"
-#include "flexjit/flexjit.h"
 #include "check/paged_check.h"
+#include "flexjit/flexjit.h"
 
 int main(int argc, char** argv) {
   int tokens = 4096;

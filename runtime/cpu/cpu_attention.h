@@ -17,8 +17,8 @@
 #include "flexjit/compiler/result.h"
 #include "flexjit/flexjit.h"
 #include "flexjit/internal/supported.h"
-#include "kernel_args.cuh"
 #include "jit/kernel_source.h"
+#include "kernel_args.cuh"
 
 namespace flexjit::cpu {
 

@@ -13,13 +13,13 @@
 
 #include <fmt/format.h>
 
-#include "launch/capi_internal.h"
 #include "cpu/cpu_launch.h"
-#include "launch/cuda_driver.h"
 #include "flexjit/dsl/frontend.h"
 #include "flexjit/internal/supported.h"
-#include "launch/handles.h"
 #include "kernel_args.cuh"
+#include "launch/capi_internal.h"
+#include "launch/cuda_driver.h"
+#include "launch/handles.h"
 #include "launch/summaries.h"
 
 namespace flexjit {
@@ -766,9 +766,9 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
                               static_cast<int>(desc->dtype)));
     }
     if (!flexjit::supported::page_size(desc->page_size)) {
-      return fail(FJ_ERROR_UNSUPPORTED, fmt::format("page_size {} is not supported ({})",
-                                                    desc->page_size,
-                                                    flexjit::supported::kPageSizesText));
+      return fail(FJ_ERROR_UNSUPPORTED,
+                  fmt::format("page_size {} is not supported ({})", desc->page_size,
+                              flexjit::supported::kPageSizesText));
     }
     if (context != program->context) {
       return fail(FJ_ERROR_INVALID_ARGUMENT, "program belongs to another context");

@@ -14,8 +14,8 @@
 #include <fmt/format.h>
 
 #include "flexjit/flexjit.h"
-#include "kernel_args.cuh"
 #include "jit/kernel_cache.h"
+#include "kernel_args.cuh"
 #include "launch/summaries.h"
 
 struct fj_context;

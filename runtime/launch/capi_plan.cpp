@@ -8,10 +8,10 @@
 
 #include <fmt/format.h>
 
+#include "jit/kernel_source.h"
 #include "launch/capi_internal.h"
 #include "launch/cuda_driver.h"
 #include "launch/handles.h"
-#include "jit/kernel_source.h"
 #include "launch/plan.h"
 
 namespace flexjit {

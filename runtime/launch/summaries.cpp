@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "array_summary.cuh"
-#include "launch/cuda_driver.h"
 #include "flexjit/compiler/host_params.h"
+#include "launch/cuda_driver.h"
 #include "launch/handles.h"
 
 namespace flexjit {

@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "launch/cuda_driver.h"
 #include "jit/kernel_cache.h"
+#include "launch/cuda_driver.h"
 
 using namespace flexjit;
 

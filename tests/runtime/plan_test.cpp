@@ -1,4 +1,4 @@
-// The planner (runtime/src/plan.h) without a GPU: capacities, which requests decode, splits
+// The planner (runtime/launch/plan.h) without a GPU: capacities, which requests decode, splits
 // that fill one wave and cover every key tile once, prefill order, rejected batches; and NVRTC
 // compiles of the split-KV decode kernel of every standard variant.
 #include <catch2/catch.hpp>

@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "cpu/float16.h"
-#include "launch/cuda_driver.h"
 #include "flexjit/flexjit.h"
+#include "launch/cuda_driver.h"
 
 namespace flexjit {
 

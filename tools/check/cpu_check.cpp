@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 
 #include "check/check_support.h"
+#include "check/reference.h"
 #include "cpu/cpu_attention.h"
 #include "launch/handles.h"
-#include "check/reference.h"
 
 namespace flexjit {
 

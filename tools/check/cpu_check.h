@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "check/paged_inputs.h"
 #include "flexjit/compiler/result.h"
 #include "flexjit/flexjit.h"
-#include "check/paged_inputs.h"
 
 namespace flexjit {
 

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
+#include "check/paged_inputs.h"
 #include "flexjit/compiler/result.h"
 #include "flexjit/flexjit.h"
-#include "check/paged_inputs.h"
 
 namespace flexjit {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "check/reference.h"
 #include "flexjit/compiler/result.h"
 #include "flexjit/flexjit.h"
-#include "check/reference.h"
 
 namespace flexjit {
 

@@ -309,9 +309,9 @@ int command_emit(const std::string& path, KernelOptions& options) {
   config.arch = options.arch;
   if (!flexjit::supported::head_dim(config.head_dim) ||
       !flexjit::supported::page_size(config.page_size)) {
-    return report_error({fmt::format("unsupported head dim or page size (head dims {}; page sizes: {})",
-                                      flexjit::supported::head_dims_text(),
-                                      flexjit::supported::kPageSizesText)});
+    return report_error(
+        {fmt::format("unsupported head dim or page size (head dims {}; page sizes: {})",
+                     flexjit::supported::head_dims_text(), flexjit::supported::kPageSizesText)});
   }
   fmt::print("{}", flexjit::prefill_kernel_spec(*mask, config).source);
   return 0;
@@ -428,8 +428,8 @@ int print_sass(std::string_view name, std::string_view cubin_bytes) {
          "/usr/local/cuda/bin or on PATH (install the toolkit's cuda-cuobjdump or cuda-nvdisasm "
          "package, or use --ptx)"});
   }
-  const std::filesystem::path cubin = std::filesystem::temp_directory_path() /
-                                      fmt::format("flexjit-{}-{}.cubin", ::getpid(), name);
+  const std::filesystem::path cubin =
+      std::filesystem::temp_directory_path() / fmt::format("flexjit-{}-{}.cubin", ::getpid(), name);
   {
     std::ofstream out(cubin, std::ios::binary);
     out.write(cubin_bytes.data(), static_cast<std::streamsize>(cubin_bytes.size()));
@@ -579,8 +579,8 @@ int command_compile_all(const std::string& path, const CompileOptions& options) 
   if (!page_sizes) return report_error(page_sizes.error());
   const std::string dtypes_what =
       fmt::format("--dtypes ({})", flexjit::supported::dtype_names_text());
-  auto dtypes = parse_list<fj_dtype>(options.dtypes, dtypes_what.c_str(),
-                                     flexjit::supported::dtype_named);
+  auto dtypes =
+      parse_list<fj_dtype>(options.dtypes, dtypes_what.c_str(), flexjit::supported::dtype_named);
   if (!dtypes) return report_error(dtypes.error());
 
   auto open = open_program(path);
@@ -697,13 +697,14 @@ int command_cache(const std::string& action, bool json) {
   }
   if (action == "stats") {
     if (json) {
-      fmt::print("{}\n", nlohmann::json{{"directory", dir.string()},
-                                        {"entries", entries.size()},
-                                        {"bytes", bytes},
-                                        {"max_bytes", disk->max_bytes},
-                                        {"hits", hits},
-                                        {"format_version", flexjit::inspect::cache_format_version()}}
-                             .dump(2));
+      fmt::print("{}\n",
+                 nlohmann::json{{"directory", dir.string()},
+                                {"entries", entries.size()},
+                                {"bytes", bytes},
+                                {"max_bytes", disk->max_bytes},
+                                {"hits", hits},
+                                {"format_version", flexjit::inspect::cache_format_version()}}
+                     .dump(2));
       return 0;
     }
     fmt::print("directory       {}\n", dir.string());
@@ -841,7 +842,8 @@ int command_run(const std::string& path, RunOptions& options) {
   config.scale = options.scale;
   config.timing_iterations = options.iterations;
   config.check_bounds = options.check_bounds;
-  const bool cpu = options.device.empty() ? !flexjit::inspect::cuda_device_usable() : options.device == "cpu";
+  const bool cpu =
+      options.device.empty() ? !flexjit::inspect::cuda_device_usable() : options.device == "cpu";
   auto report = cpu ? flexjit::run_cpu_paged_check(context, program, config)
                     : flexjit::run_paged_check(context, program, config);
   if (!report) return report_error(report.error());

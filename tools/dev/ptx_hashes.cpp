@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
         hashes[i] = ptx_hash(specs[i], errors[i]);
     });
   }
-  for (std::thread& worker : workers) worker.join();
+  for (std::thread& worker : workers)
+    worker.join();
 
   int status = 0;
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -30,7 +30,8 @@ struct Dtype {
   fj_dtype dtype;
   std::string_view name;
 };
-inline constexpr std::array<Dtype, 2> kDtypes = {{{FJ_DTYPE_BF16, "bf16"}, {FJ_DTYPE_FP16, "fp16"}}};
+inline constexpr std::array<Dtype, 2> kDtypes = {
+    {{FJ_DTYPE_BF16, "bf16"}, {FJ_DTYPE_FP16, "fp16"}}};
 
 // Architectures: NVRTC's "sm_<digits>" with an optional "a" suffix ("sm_80", "sm_90a"), or
 // "cpu" for the CPU backend (docs/cpu.md). kCheckedArchs are those the kernels are tuned for and
@@ -47,7 +48,8 @@ constexpr bool page_size(int value) {
 }
 
 constexpr bool dtype(fj_dtype value) {
-  return std::any_of(kDtypes.begin(), kDtypes.end(), [&](const Dtype& d) { return d.dtype == value; });
+  return std::any_of(kDtypes.begin(), kDtypes.end(),
+                     [&](const Dtype& d) { return d.dtype == value; });
 }
 
 // The dtype a name ("bf16", "fp16") stands for.
