@@ -27,9 +27,7 @@
 
 #include "bench_util.h"
 #include "flexjit/dsl/frontend.h"
-#include "handles.h"
-#include "kernel_cache.h"
-#include "kernel_source.h"
+#include "flexjit/internal/inspect.h"
 
 extern char** environ;
 
@@ -141,10 +139,7 @@ int main(int argc, char** argv) {
   // Cold: source generation + key + NVRTC + disk write, in a fresh cache each time.
   std::vector<double> cold;
   for (int i = 0; i < repeats; ++i) {
-    flexjit::KernelCache cache(
-        flexjit::KernelCacheOptions{.disk = std::make_shared<flexjit::DiskCache>(
-                                        flexjit::DiskCacheConfig{.directory = fresh_dir(root, i)}),
-                                    .dump_dir = {}});
+    flexjit::inspect::IsolatedCache cache(fresh_dir(root, i));
     const auto start = Clock::now();
     auto kernel = cache.get(flexjit::prefill_kernel_spec(*mask, config));
     cold.push_back(seconds_since(start));
@@ -157,14 +152,11 @@ int main(int argc, char** argv) {
   // Disk hit in this process: an empty memory cache over a populated directory.
   std::vector<double> disk_in_process;
   for (int i = 0; i < std::max(repeats, 20); ++i) {
-    flexjit::KernelCache cache(
-        flexjit::KernelCacheOptions{.disk = std::make_shared<flexjit::DiskCache>(
-                                        flexjit::DiskCacheConfig{.directory = root / "cache0"}),
-                                    .dump_dir = {}});
+    flexjit::inspect::IsolatedCache cache(root / "cache0");
     const auto start = Clock::now();
     auto kernel = cache.get(flexjit::prefill_kernel_spec(*mask, config));
     disk_in_process.push_back(seconds_since(start));
-    if (!kernel || cache.disk_hit_count() != 1) {
+    if (!kernel || cache.disk_hits() != 1) {
       fmt::print(stderr, "expected a disk hit\n");
       return 1;
     }
@@ -224,14 +216,13 @@ int main(int argc, char** argv) {
   start = Clock::now();
   size_t found = 0;
   for (int i = 0; i < kMemoryIterations * 10; ++i)
-    found +=
-        flexjit::find_program_kernel(*program, flexjit::kernel_request_key(desc, arch)) != nullptr;
+    found += flexjit::inspect::program_has_kernel(*program, desc, arch);
   const double memo_hit = seconds_since(start) / (kMemoryIterations * 10);
 
   // KernelCache::get on a spec already generated: the key hash plus the map lookup.
   start = Clock::now();
   for (int i = 0; i < kMemoryIterations; ++i)
-    found += context->cache.get(spec).ok();
+    found += flexjit::inspect::cache_get(*context, spec).ok();
   const double cache_get_hit = seconds_since(start) / kMemoryIterations;
   fj_program_destroy(program);
   fj_context_destroy(context);

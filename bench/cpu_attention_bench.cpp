@@ -10,9 +10,9 @@
 #include <string>
 #include <thread>
 
-#include "cpu_check.h"
+#include "check/cpu_check.h"
+#include "check/paged_check.h"
 #include "flexjit/flexjit.h"
-#include "paged_check.h"
 
 int main(int argc, char** argv) {
   int tokens = 4096;

@@ -1,5 +1,6 @@
-// Host time of the planner (runtime/src/plan.h): building the work lists of a batch from host
-// copies of its lengths, what fj_plan_update does before its two asynchronous copies. No GPU.
+// Host time of the planner (runtime/launch/plan.h, through flexjit/internal/inspect.h): building
+// the work lists of a batch from host copies of its lengths, what fj_plan_update does before its
+// two asynchronous copies. No GPU.
 //   build/bin/flexjit_bench_plan
 #include <algorithm>
 #include <chrono>
@@ -8,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "plan.h"
+#include "flexjit/internal/inspect.h"
 
 namespace {
 
@@ -52,7 +53,7 @@ int main() {
   std::printf("| batch | decode items | prefill items | build_plan (host µs, median) |\n");
   std::printf("|---|---|---|---|\n");
   for (const Case& c : cases) {
-    flexjit::PlanShape shape;
+    flexjit::inspect::PlannerShape shape;
     shape.max_num_reqs = static_cast<int>(c.seq_lens.size());
     shape.max_num_tokens = c.qsl.back();
     shape.max_query_len = c.max_query_len;
@@ -60,11 +61,11 @@ int main() {
     shape.num_kv_heads = 8;
     shape.page_size = 16;
     shape.decode_wave = 264;  // an H100: 132 SMs, two decode CTAs each
-    flexjit::WorkPlan plan;
+    flexjit::inspect::Planner planner(shape);
     std::vector<double> times;
     for (int i = 0; i < 2000; ++i) {
       const auto start = std::chrono::steady_clock::now();
-      auto built = flexjit::build_plan(shape, c.qsl, c.seq_lens, 1 << 20, plan);
+      auto built = planner.build(c.qsl, c.seq_lens, 1 << 20);
       const auto end = std::chrono::steady_clock::now();
       if (!built) {
         std::fprintf(stderr, "%s: %s\n", c.name.c_str(), built.error().message.c_str());
@@ -73,8 +74,8 @@ int main() {
       times.push_back(std::chrono::duration<double, std::micro>(end - start).count());
     }
     std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    std::printf("| %s | %d | %d | %.2f |\n", c.name.c_str(), plan.counts.decode,
-                plan.counts.prefill, times[times.size() / 2]);
+    std::printf("| %s | %d | %d | %.2f |\n", c.name.c_str(), planner.decode_items(),
+                planner.prefill_items(), times[times.size() / 2]);
   }
   return 0;
 }

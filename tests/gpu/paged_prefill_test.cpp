@@ -1,5 +1,5 @@
 // [gpu] tests: the paged prefill kernel against the float64 reference on random inputs, with
-// poisoned outputs, shuffled block tables and garbage past each sequence (runtime/src/paged_check).
+// poisoned outputs, shuffled block tables and garbage past each sequence (tools/check/paged_check).
 // Run on a machine with a CUDA GPU: build/bin/flexjit_tests_gpu
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "check/ops_check.h"
+#include "check/paged_check.h"
 #include "fixture.h"
 #include "flexjit/flexjit.h"
-#include "ops_check.h"
-#include "paged_check.h"
 
 namespace {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "check/paged_check.h"
 #include "fixture.h"
 #include "flexjit/flexjit.h"
-#include "paged_check.h"
 
 namespace {
 

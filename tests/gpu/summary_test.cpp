@@ -1,4 +1,4 @@
-// [gpu] tests of the array summaries (templates/array_summary.cuh, runtime/src/summaries): the
+// [gpu] tests of the array summaries (templates/array_summary.cuh, runtime/launch/summaries): the
 // device builds exactly build_summary's layout, and attention launches that summarise their
 // arrays match the reference, through the caller's workspace and through the kernel's own.
 // Run on a machine with a CUDA GPU:
@@ -16,14 +16,14 @@
 #include <vector>
 
 #include "array_summary.cuh"
-#include "check_support.h"
-#include "cuda_driver.h"
+#include "check/check_support.h"
+#include "check/paged_check.h"
+#include "check/reference.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/flexjit.h"
-#include "handles.h"
-#include "paged_check.h"
-#include "reference.h"
-#include "summaries.h"
+#include "launch/cuda_driver.h"
+#include "launch/handles.h"
+#include "launch/summaries.h"
 
 namespace {
 

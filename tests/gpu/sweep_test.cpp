@@ -1,5 +1,5 @@
 // [gpu] correctness sweep: a few hundred paged and encoder attention calls, each checked
-// against the float64 reference on random inputs (runtime/src/paged_check), over masks x scores
+// against the float64 reference on random inputs (tools/check/paged_check), over masks x scores
 // x head dims x dtypes x page sizes x GQA groups x KV layouts x query-length mixes.
 // The full product is far too large; the configurations come from a seeded, deterministic
 // covering design instead: [sweep] holds every pair of values of any two axes at least once,
@@ -31,9 +31,9 @@
 #include <utility>
 #include <vector>
 
+#include "check/paged_check.h"
 #include "fixture.h"
 #include "flexjit/flexjit.h"
-#include "paged_check.h"
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_driver.h"
-#include "kernel_cache.h"
+#include "jit/kernel_cache.h"
+#include "launch/cuda_driver.h"
 
 using namespace flexjit;
 

@@ -9,8 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_driver.h"
 #include "flexjit/flexjit.h"
+#include "flexjit/internal/supported.h"
+#include "launch/cuda_driver.h"
 
 namespace {
 
@@ -190,8 +191,9 @@ TEST_CASE("every standard kernel compiles with NVRTC for sm_80 and sm_90a") {
   for (const char* arch : {"sm_80", "sm_90a"}) {
     for (const std::string& name : names) {
       const char* mask = name.c_str();
-      for (fj_dtype dtype : {FJ_DTYPE_BF16, FJ_DTYPE_FP16}) {
-        for (int head_dim : {64, 80, 96, 128, 256}) {
+      for (const flexjit::supported::Dtype& supported_dtype : flexjit::supported::kDtypes) {
+        const fj_dtype dtype = supported_dtype.dtype;
+        for (int head_dim : flexjit::supported::kHeadDims) {
           if (name != "causal" && head_dim != 64 && head_dim != 128) continue;
           for (int page_size : {16, 0}) {
             Job job;

@@ -1,4 +1,4 @@
-// The CPU backend (runtime/src/cpu_attention) against the float64 reference, through the C API
+// The CPU backend (runtime/cpu/cpu_attention) against the float64 reference, through the C API
 // with arch "cpu" on paged_check's inputs: shuffled block tables with huge garbage past each
 // sequence, NaN in every cache slot no request owns, poisoned outputs. A seeded sweep over
 // masks x scores x head dims x dtypes x page sizes x GQA groups x KV layouts x query mixes,
@@ -19,12 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "cpu_attention.h"
-#include "cpu_check.h"
+#include "check/cpu_check.h"
+#include "check/paged_check.h"
+#include "check/reference.h"
+#include "cpu/cpu_attention.h"
 #include "flexjit/flexjit.h"
-#include "handles.h"
-#include "paged_check.h"
-#include "reference.h"
+#include "flexjit/internal/supported.h"
+#include "launch/handles.h"
 
 namespace {
 
@@ -172,7 +173,8 @@ struct Axes {
 // `count` configurations of one space: each axis cycles through a fresh shuffle of its values,
 // so every value appears about count / size times, in ever different combinations.
 std::vector<flexjit::PagedCheckConfig> sweep_configs(const Axes& axes, int count, uint64_t seed) {
-  const std::vector<int> head_dims = {64, 80, 96, 128, 256};
+  const std::vector<int> head_dims(flexjit::supported::kHeadDims.begin(),
+                                   flexjit::supported::kHeadDims.end());
   const std::vector<fj_dtype> dtypes = {FJ_DTYPE_BF16, FJ_DTYPE_FP16};
   // (query heads, kv heads): groups 1, 2, 4, 8 and MQA over 6 query heads (not a power of 2).
   const std::vector<std::pair<int, int>> heads = {{4, 4}, {6, 3}, {8, 2}, {8, 1}, {6, 1}};

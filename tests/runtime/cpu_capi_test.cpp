@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "check_support.h"
+#include "check/check_support.h"
 #include "flexjit/flexjit.h"
 
 namespace {

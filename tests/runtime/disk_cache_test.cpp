@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "disk_cache.h"
-#include "environment.h"
-#include "kernel_cache.h"
+#include "jit/disk_cache.h"
+#include "jit/environment.h"
+#include "jit/kernel_cache.h"
 
 using namespace flexjit;
 namespace fs = std::filesystem;

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "cuda_driver.h"
+#include "launch/cuda_driver.h"
 
 using namespace flexjit::cuda;
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "flexjit/compiler/mask.h"
+#include "jit/kernel_source.h"
+#include "jit/nvrtc_compiler.h"
 #include "kernel_args.cuh"
-#include "kernel_source.h"
-#include "nvrtc_compiler.h"
 #include "runtime/ptxas_report.h"
 #include "standard_masks.h"
 

@@ -4,8 +4,9 @@
 
 #include <string>
 
-#include "kernel_cache.h"
-#include "kernel_source.h"
+#include "flexjit/internal/supported.h"
+#include "jit/kernel_cache.h"
+#include "jit/kernel_source.h"
 
 using flexjit::PrefillKernelConfig;
 
@@ -29,13 +30,13 @@ TEST_CASE("kernel names spell out their specialisation") {
 
 TEST_CASE("supported head dims and page sizes") {
   for (int d : {64, 80, 96, 128, 256})
-    CHECK(flexjit::prefill_head_dim_supported(d));
+    CHECK(flexjit::supported::head_dim(d));
   for (int d : {0, 32, 72, 112, 192, 512})
-    CHECK_FALSE(flexjit::prefill_head_dim_supported(d));
+    CHECK_FALSE(flexjit::supported::head_dim(d));
   for (int p : {0, 16, 32, 48, 256, 1024})
-    CHECK(flexjit::prefill_page_size_supported(p));
+    CHECK(flexjit::supported::page_size(p));
   for (int p : {-16, 8, 24, 1040})
-    CHECK_FALSE(flexjit::prefill_page_size_supported(p));
+    CHECK_FALSE(flexjit::supported::page_size(p));
 }
 
 TEST_CASE("the mask-independent kernels compile for sm_80 and sm_90a") {

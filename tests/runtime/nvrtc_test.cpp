@@ -9,8 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "embedded_templates.h"
-#include "nvrtc_compiler.h"
+#include "flexjit/internal/inspect.h"
+#include "jit/kernel_cache.h"
+#include "jit/nvrtc_compiler.h"
 
 using namespace flexjit;
 
@@ -34,13 +35,6 @@ bool is_elf(const std::string& image) {
                                  "\x7f"
                                  "ELF",
                                  0) == 0;
-}
-
-std::vector<NvrtcHeader> embedded_headers() {
-  std::vector<NvrtcHeader> headers;
-  for (const EmbeddedFile& file : embedded_templates())
-    headers.push_back({file.name, file.text});
-  return headers;
 }
 
 }  // namespace
@@ -76,7 +70,7 @@ extern "C" __global__ void noop() {}
 }
 
 TEST_CASE("NVRTC resolves templates from the embedded headers", "[nvrtc]") {
-  const std::vector<NvrtcHeader> headers = embedded_headers();
+  const std::vector<NvrtcHeader> headers = flexjit::template_headers();
   auto output = nvrtc_compile("with_template.cu", kTemplateKernel, headers, "sm_90a", {});
   INFO((output ? std::string() : output.error().log));
   REQUIRE(output.ok());

@@ -1,4 +1,4 @@
-// The planner (runtime/src/plan.h) without a GPU: capacities, which requests decode, splits
+// The planner (runtime/launch/plan.h) without a GPU: capacities, which requests decode, splits
 // that fill one wave and cover every key tile once, prefill order, rejected batches; and NVRTC
 // compiles of the split-KV decode kernel of every standard variant.
 #include <catch2/catch.hpp>
@@ -15,8 +15,8 @@
 
 #include "flexjit/compiler/mask.h"
 #include "flexjit/flexjit.h"
-#include "kernel_source.h"
-#include "plan.h"
+#include "jit/kernel_source.h"
+#include "launch/plan.h"
 #include "runtime/ptxas_report.h"
 #include "standard_masks.h"
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "flexjit/flexjit.h"
-#include "handles.h"
+#include "launch/handles.h"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "embedded_templates.h"
-#include "kernel_cache.h"
-#include "nvrtc_compiler.h"
+#include "flexjit/internal/inspect.h"
+#include "jit/kernel_cache.h"
+#include "jit/nvrtc_compiler.h"
 
 namespace flexjit::testing {
 
@@ -19,13 +19,6 @@ inline constexpr std::array<const char*, 14> kStandardVariants = {
     "prefix_ranges", "rswa",          "chunked",       "document",    "causal_softcap",
     "causal_alibi",  "gemma2_local",  "gemma2_global", "llama4_local"};
 
-inline std::vector<NvrtcHeader> template_headers() {
-  std::vector<NvrtcHeader> headers;
-  for (const EmbeddedFile& file : embedded_templates())
-    headers.push_back({file.name, file.text});
-  return headers;
-}
-
 // NVRTC's log and ptxas's report of `spec` compiled with ptxas -v. The checks fail, with the
 // log, when the compile or the report fails; callers print the log with their own checks.
 struct PtxasReport {
@@ -33,7 +26,7 @@ struct PtxasReport {
   PtxasResources resources;
 };
 inline PtxasReport compile_with_report(const KernelSpec& spec) {
-  static const std::vector<NvrtcHeader> headers = template_headers();
+  static const std::vector<NvrtcHeader> headers = flexjit::template_headers();
   std::vector<std::string> options = spec.options;
   options.emplace_back(kPtxasVerboseOption);
   auto output = nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, options);

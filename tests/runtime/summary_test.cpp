@@ -1,5 +1,5 @@
 // Array summaries without a GPU: the summary kernel compiles cleanly with NVRTC, and the
-// workspace a launch needs covers exactly the arrays it summarises (runtime/src/summaries).
+// workspace a launch needs covers exactly the arrays it summarises (runtime/launch/summaries).
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -7,10 +7,10 @@
 
 #include "array_summary.cuh"
 #include "flexjit/flexjit.h"
-#include "handles.h"
-#include "nvrtc_compiler.h"
+#include "jit/nvrtc_compiler.h"
+#include "launch/handles.h"
+#include "launch/summaries.h"
 #include "runtime/ptxas_report.h"
-#include "summaries.h"
 
 namespace {
 

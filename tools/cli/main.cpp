@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -22,22 +23,16 @@
 #include <thread>
 #include <vector>
 
-#include "cpu_check.h"
-#include "cuda_driver.h"
-#include "disk_cache.h"
-#include "embedded_templates.h"
-#include "environment.h"
+#include "check/cpu_check.h"
+#include "check/paged_check.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/mask.h"
 #include "flexjit/dsl/frontend.h"
 #include "flexjit/flexjit.h"
-#include "handles.h"
+#include "flexjit/internal/inspect.h"
+#include "flexjit/internal/supported.h"
 #include "hints.h"
-#include "kernel_args.cuh"
-#include "kernel_source.h"
-#include "nvrtc_compiler.h"
-#include "paged_check.h"
 
 extern char** environ;
 
@@ -122,7 +117,7 @@ Result<int32_t> scalar_value(const flexjit::RuntimeParam& param, const std::stri
       float value = 0.0f;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
       if (error == std::errc() && end == text.data() + text.size() && std::isfinite(value)) {
-        return fj::float_to_bits(value);
+        return std::bit_cast<int32_t>(value);
       }
       break;
     }
@@ -312,11 +307,11 @@ int command_emit(const std::string& path, KernelOptions& options) {
   config.bf16 = options.dtype == "bf16";
   config.page_size = options.page_size;
   config.arch = options.arch;
-  if (!flexjit::prefill_head_dim_supported(config.head_dim) ||
-      !flexjit::prefill_page_size_supported(config.page_size)) {
+  if (!flexjit::supported::head_dim(config.head_dim) ||
+      !flexjit::supported::page_size(config.page_size)) {
     return report_error(
-        {"unsupported head dim or page size (head dims 64, 80, 96, 128, 256; page sizes: "
-         "multiples of 16 up to 1024, or 0 for contiguous K/V)"});
+        {fmt::format("unsupported head dim or page size (head dims {}; page sizes: {})",
+                     flexjit::supported::head_dims_text(), flexjit::supported::kPageSizesText)});
   }
   fmt::print("{}", flexjit::prefill_kernel_spec(*mask, config).source);
   return 0;
@@ -383,8 +378,8 @@ fj_kernel_desc kernel_desc(const KernelOptions& options) {
 // The first of `tools` found in $CUDA_HOME/bin, /usr/local/cuda/bin or on PATH.
 std::optional<std::filesystem::path> find_toolkit_program(std::string_view tool) {
   std::vector<std::filesystem::path> dirs;
-  if (!flexjit::environment().cuda_home.empty()) {
-    dirs.push_back(flexjit::environment().cuda_home / "bin");
+  if (const std::filesystem::path cuda_home = flexjit::inspect::cuda_home(); !cuda_home.empty()) {
+    dirs.push_back(cuda_home / "bin");
   }
   dirs.push_back("/usr/local/cuda/bin");
   if (const char* path = std::getenv("PATH")) {
@@ -421,7 +416,7 @@ Result<int> run_program(const std::vector<std::string>& argv) {
 }
 
 // The cubin's SASS, printed by the toolkit's disassembler.
-int print_sass(const flexjit::CompiledKernel& kernel) {
+int print_sass(std::string_view name, std::string_view cubin_bytes) {
   std::vector<std::string> argv;
   if (auto cuobjdump = find_toolkit_program("cuobjdump")) {
     argv = {cuobjdump->string(), "-sass"};
@@ -433,11 +428,11 @@ int print_sass(const flexjit::CompiledKernel& kernel) {
          "/usr/local/cuda/bin or on PATH (install the toolkit's cuda-cuobjdump or cuda-nvdisasm "
          "package, or use --ptx)"});
   }
-  const std::filesystem::path cubin = std::filesystem::temp_directory_path() /
-                                      fmt::format("flexjit-{}-{}.cubin", ::getpid(), kernel.name());
+  const std::filesystem::path cubin =
+      std::filesystem::temp_directory_path() / fmt::format("flexjit-{}-{}.cubin", ::getpid(), name);
   {
     std::ofstream out(cubin, std::ios::binary);
-    out.write(kernel.cubin().data(), static_cast<std::streamsize>(kernel.cubin().size()));
+    out.write(cubin_bytes.data(), static_cast<std::streamsize>(cubin_bytes.size()));
     if (!out) return report_error({fmt::format("cannot write {}", cubin.string())});
   }
   argv.push_back(cubin.string());
@@ -448,23 +443,11 @@ int print_sass(const flexjit::CompiledKernel& kernel) {
   return 0;
 }
 
-std::vector<flexjit::NvrtcHeader> template_headers() {
-  std::vector<flexjit::NvrtcHeader> headers;
-  for (const flexjit::EmbeddedFile& file : flexjit::embedded_templates())
-    headers.push_back({file.name, file.text});
-  return headers;
-}
-
 // ptxas's own report for the kernel: the same source and options compiled once more with
 // --ptxas-options=-v (which changes the log, not the code), outside the cache.
 int print_resources(const flexjit::KernelSpec& spec, const flexjit::PrefillKernelConfig& config,
                     bool json) {
-  std::vector<std::string> options = spec.options;
-  options.emplace_back(flexjit::kPtxasVerboseOption);
-  auto output = flexjit::nvrtc_compile(spec.name + ".cu", spec.source, template_headers(),
-                                       spec.arch, options);
-  if (!output) return report_error(output.error());
-  auto resources = flexjit::parse_ptxas_resources(output->log, spec.name);
+  auto resources = flexjit::inspect::ptxas_resources(spec);
   if (!resources) return report_error(resources.error());
   const size_t dynamic_smem = flexjit::prefill_launch_shape(config).smem_bytes;
   if (json) {
@@ -516,7 +499,7 @@ int command_compile_one(const std::string& path, const CompileOptions& options) 
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const char* name = nullptr;
   fj_kernel_name(kernel.get(), &name);
-  const bool from_disk = context->cache.disk_hit_count() > 0;
+  const bool from_disk = flexjit::inspect::cache_counts(*context).disk_hits > 0;
   const bool inspect = options.ptx || options.sass || options.resources;
   // Inspection output goes to stdout alone, so it can be piped; the summary then goes to stderr.
   std::FILE* summary = inspect ? stderr : stdout;
@@ -532,26 +515,24 @@ int command_compile_one(const std::string& path, const CompileOptions& options) 
   selection.name = options.kernel.mask;
   selection.score = options.kernel.score;
   selection.defines = options.kernel.parsed_defines;
-  auto mask = flexjit::program_variant(*open->program, selection);
+  auto mask = flexjit::inspect::program_variant(*open->program, selection);
   if (!mask) return report_error(mask.error());
-  const flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(*mask, kernel->config);
-  if (flexjit::KernelCache::key(spec) != kernel->compiled->key()) {
+  const flexjit::PrefillKernelConfig& config = flexjit::inspect::kernel_config(*kernel);
+  const flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(*mask, config);
+  if (flexjit::inspect::cache_key(spec) != flexjit::inspect::kernel_key(*kernel)) {
     return report_error(
         {fmt::format("internal error: the source rebuilt for {} differs from the "
                      "one compiled",
                      name)});
   }
   int status = 0;
-  if (options.resources) status |= print_resources(spec, kernel->config, options.json);
+  if (options.resources) status |= print_resources(spec, config, options.json);
   if (options.ptx) {
-    std::string virtual_arch = spec.arch;
-    virtual_arch.replace(0, 3, "compute_");  // sm_90a -> compute_90a
-    auto ptx = flexjit::nvrtc_compile_ptx(spec.name + ".cu", spec.source, template_headers(),
-                                          virtual_arch, spec.options);
+    auto ptx = flexjit::inspect::compile_ptx(spec);
     if (!ptx) return report_error(ptx.error());
-    fmt::print("{}", ptx->cubin);
+    fmt::print("{}", *ptx);
   }
-  if (options.sass) status |= print_sass(*kernel->compiled);
+  if (options.sass) status |= print_sass(name, flexjit::inspect::kernel_cubin(*kernel));
   return status;
 }
 
@@ -596,12 +577,10 @@ int command_compile_all(const std::string& path, const CompileOptions& options) 
   if (!head_dims) return report_error(head_dims.error());
   auto page_sizes = parse_list<int>(options.page_sizes, "--page-sizes", int_item);
   if (!page_sizes) return report_error(page_sizes.error());
-  auto dtypes = parse_list<fj_dtype>(options.dtypes, "--dtypes (bf16, fp16)",
-                                     [](std::string_view item) -> std::optional<fj_dtype> {
-                                       if (item == "bf16") return FJ_DTYPE_BF16;
-                                       if (item == "fp16") return FJ_DTYPE_FP16;
-                                       return std::nullopt;
-                                     });
+  const std::string dtypes_what =
+      fmt::format("--dtypes ({})", flexjit::supported::dtype_names_text());
+  auto dtypes =
+      parse_list<fj_dtype>(options.dtypes, dtypes_what.c_str(), flexjit::supported::dtype_named);
   if (!dtypes) return report_error(dtypes.error());
 
   auto open = open_program(path);
@@ -656,8 +635,8 @@ int command_compile_all(const std::string& path, const CompileOptions& options) 
   const size_t failed = static_cast<size_t>(
       std::count_if(statuses.begin(), statuses.end(), [](fj_status s) { return s != FJ_SUCCESS; }));
   fmt::print(stderr, "{} kernels in {:.2f} s: {} compiled, {} from the disk cache, {} failed\n",
-             descs.size(), seconds, context->cache.compile_count(), context->cache.disk_hit_count(),
-             failed);
+             descs.size(), seconds, flexjit::inspect::cache_counts(*context).compiles,
+             flexjit::inspect::cache_counts(*context).disk_hits, failed);
   if (status != FJ_SUCCESS) return report_error({fj_context_last_error(context)});
   return 0;
 }
@@ -700,15 +679,16 @@ int64_t age_seconds(std::filesystem::file_time_type when) {
 
 // `flexjit cache ls|stats|clear`: the disk cache the environment names.
 int command_cache(const std::string& action, bool json) {
-  const auto disk = flexjit::DiskCache::from_environment();
-  if (!disk) return report_error({"no cache directory: set FLEXJIT_CACHE_DIR"});
-  const std::filesystem::path& dir = disk->config().directory;
   if (action == "clear") {
-    const size_t removed = disk->clear();
-    fmt::print("{}: removed {} files\n", dir.string(), removed);
+    const auto cleared = flexjit::inspect::clear_disk_cache();
+    if (!cleared) return report_error({"no cache directory: set FLEXJIT_CACHE_DIR"});
+    fmt::print("{}: removed {} files\n", cleared->directory.string(), cleared->removed);
     return 0;
   }
-  const std::vector<flexjit::CacheFileInfo> entries = disk->list();
+  const auto disk = flexjit::inspect::list_disk_cache();
+  if (!disk) return report_error({"no cache directory: set FLEXJIT_CACHE_DIR"});
+  const std::filesystem::path& dir = disk->directory;
+  const std::vector<flexjit::CacheFileInfo>& entries = disk->entries;
   uint64_t bytes = 0;
   uint64_t hits = 0;
   for (const auto& entry : entries) {
@@ -717,21 +697,22 @@ int command_cache(const std::string& action, bool json) {
   }
   if (action == "stats") {
     if (json) {
-      fmt::print("{}\n", nlohmann::json{{"directory", dir.string()},
-                                        {"entries", entries.size()},
-                                        {"bytes", bytes},
-                                        {"max_bytes", disk->config().max_bytes},
-                                        {"hits", hits},
-                                        {"format_version", flexjit::kCacheFormatVersion}}
-                             .dump(2));
+      fmt::print("{}\n",
+                 nlohmann::json{{"directory", dir.string()},
+                                {"entries", entries.size()},
+                                {"bytes", bytes},
+                                {"max_bytes", disk->max_bytes},
+                                {"hits", hits},
+                                {"format_version", flexjit::inspect::cache_format_version()}}
+                     .dump(2));
       return 0;
     }
     fmt::print("directory       {}\n", dir.string());
     fmt::print("entries         {}\n", entries.size());
     fmt::print("size            {} of {} ({:.1f}%)\n", human_bytes(bytes),
-               human_bytes(disk->config().max_bytes), 100.0 * bytes / disk->config().max_bytes);
+               human_bytes(disk->max_bytes), 100.0 * bytes / disk->max_bytes);
     fmt::print("disk hits       {}\n", hits);
-    fmt::print("format version  {}\n", flexjit::kCacheFormatVersion);
+    fmt::print("format version  {}\n", flexjit::inspect::cache_format_version());
     return 0;
   }
   if (json) {
@@ -798,11 +779,6 @@ struct RunOptions {
   std::string device;  // "cuda" or "cpu"; empty: cuda when a GPU is usable, else cpu
 };
 
-// A CUDA device this process can use: the driver loads and a context can be had.
-bool cuda_device_usable() {
-  return flexjit::cuda::driver_api().ok() && flexjit::cuda::current_or_primary_context().ok();
-}
-
 int command_run(const std::string& path, RunOptions& options) {
   const LoadedFile file = load_file(path);
   if (!file.ok) return 1;
@@ -866,7 +842,8 @@ int command_run(const std::string& path, RunOptions& options) {
   config.scale = options.scale;
   config.timing_iterations = options.iterations;
   config.check_bounds = options.check_bounds;
-  const bool cpu = options.device.empty() ? !cuda_device_usable() : options.device == "cpu";
+  const bool cpu =
+      options.device.empty() ? !flexjit::inspect::cuda_device_usable() : options.device == "cpu";
   auto report = cpu ? flexjit::run_cpu_paged_check(context, program, config)
                     : flexjit::run_paged_check(context, program, config);
   if (!report) return report_error(report.error());
@@ -916,19 +893,27 @@ void add_selection_options(CLI::App* command, KernelOptions& options, bool mask_
   command->add_option("-D,--define", options.defines, "override a const: NAME=VALUE");
 }
 
+std::vector<std::string> dtype_names() {
+  std::vector<std::string> names;
+  for (const flexjit::supported::Dtype& d : flexjit::supported::kDtypes)
+    names.emplace_back(d.name);
+  return names;
+}
+
 void add_kernel_options(CLI::App* command, KernelOptions& options, bool mask_required) {
   add_selection_options(command, options, mask_required);
   const CLI::Validator supported_head_dim(
       [](std::string& text) {
         const auto value = parse_int(text);
-        return value && flexjit::prefill_head_dim_supported(*value)
+        return value && flexjit::supported::head_dim(*value)
                    ? std::string()
-                   : "head dim " + text + " is not supported (64, 80, 96, 128, 256)";
+                   : "head dim " + text + " is not supported (" +
+                         flexjit::supported::head_dims_text() + ")";
       },
-      "64|80|96|128|256");
+      flexjit::supported::head_dims_text("|"));
   command->add_option("--head-dim", options.head_dim, "head dimension")->check(supported_head_dim);
   command->add_option("--dtype", options.dtype, "q/k/v/out element type")
-      ->check(CLI::IsMember({"bf16", "fp16"}));
+      ->check(CLI::IsMember(dtype_names()));
   command->add_option("--page-size", options.page_size, "tokens per KV-cache block");
 }
 

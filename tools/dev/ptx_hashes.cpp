@@ -15,27 +15,20 @@
 #include <thread>
 #include <vector>
 
-#include "embedded_templates.h"
 #include "flexjit/compiler/mask.h"
 #include "flexjit/dsl/frontend.h"
-#include "kernel_source.h"
-#include "nvrtc_compiler.h"
+#include "flexjit/internal/inspect.h"
+#include "flexjit/internal/supported.h"
 
 namespace {
 
 std::string ptx_hash(const flexjit::KernelSpec& spec, std::string& error) {
-  std::vector<flexjit::NvrtcHeader> headers;
-  for (const flexjit::EmbeddedFile& file : flexjit::embedded_templates())
-    headers.push_back({file.name, file.text});
-  std::string virtual_arch = spec.arch;
-  virtual_arch.replace(0, 3, "compute_");  // sm_90a -> compute_90a
-  auto ptx = flexjit::nvrtc_compile_ptx(spec.name + ".cu", spec.source, headers, virtual_arch,
-                                        spec.options);
+  auto ptx = flexjit::inspect::compile_ptx(spec);
   if (!ptx) {
     error = ptx.error().message + "\n" + ptx.error().log;
     return {};
   }
-  const XXH128_hash_t hash = XXH3_128bits(ptx->cubin.data(), ptx->cubin.size());
+  const XXH128_hash_t hash = XXH3_128bits(ptx->data(), ptx->size());
   return fmt::format("{:016x}{:016x}", hash.high64, hash.low64);
 }
 
@@ -59,7 +52,8 @@ int main(int argc, char** argv) {
   }
 
   std::vector<flexjit::KernelSpec> specs;
-  const std::vector<std::string> arches = {"sm_80", "sm_90a"};
+  const std::vector<std::string> arches(flexjit::supported::kCheckedArchs.begin(),
+                                        flexjit::supported::kCheckedArchs.end());
   for (const flexjit::dsl::Decl& decl : module.decls) {
     if (decl.kind != flexjit::dsl::DeclKind::Mask && decl.kind != flexjit::dsl::DeclKind::Variant)
       continue;
@@ -95,7 +89,8 @@ int main(int argc, char** argv) {
         hashes[i] = ptx_hash(specs[i], errors[i]);
     });
   }
-  for (std::thread& worker : workers) worker.join();
+  for (std::thread& worker : workers)
+    worker.join();
 
   int status = 0;
   for (size_t i = 0; i < specs.size(); ++i) {

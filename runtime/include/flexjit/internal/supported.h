@@ -1,0 +1,94 @@
+// What flexjit builds kernels for: head dims, page sizes, dtypes and architectures. The one
+// table that the C API's checks, the CLI's validators and help text, the CPU backend's dispatch
+// and the tests read; adding a head dim starts here. Internal to flexjit's C++ (not part of the
+// C ABI, not installed).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "flexjit/flexjit.h"
+
+namespace flexjit::supported {
+
+// Head dims the kernel templates (and the CPU backend) are instantiated for.
+inline constexpr std::array<int, 5> kHeadDims = {64, 80, 96, 128, 256};
+inline constexpr int kMaxHeadDim = *std::max_element(kHeadDims.begin(), kHeadDims.end());
+
+// Paged K/V: a page holds a multiple of kPageSizeStep tokens, at most kMaxPageSize. Page size
+// 0 selects contiguous K/V (the encoder kernel).
+inline constexpr int kPageSizeStep = 16;
+inline constexpr int kMaxPageSize = 1024;
+inline constexpr std::string_view kPageSizesText =
+    "a multiple of 16 up to 1024, or 0 for contiguous K/V";
+
+// The element types of q, k, v and out, with the names the CLI and kernel names use.
+struct Dtype {
+  fj_dtype dtype;
+  std::string_view name;
+};
+inline constexpr std::array<Dtype, 2> kDtypes = {
+    {{FJ_DTYPE_BF16, "bf16"}, {FJ_DTYPE_FP16, "fp16"}}};
+
+// Architectures: NVRTC's "sm_<digits>" with an optional "a" suffix ("sm_80", "sm_90a"), or
+// "cpu" for the CPU backend (docs/cpu.md). kCheckedArchs are those the kernels are tuned for and
+// whose generated code tools/dev/ptx_hashes pins.
+inline constexpr std::string_view kCpuArch = "cpu";
+inline constexpr std::array<std::string_view, 2> kCheckedArchs = {"sm_80", "sm_90a"};
+
+constexpr bool head_dim(int value) {
+  return std::find(kHeadDims.begin(), kHeadDims.end(), value) != kHeadDims.end();
+}
+
+constexpr bool page_size(int value) {
+  return value >= 0 && value <= kMaxPageSize && value % kPageSizeStep == 0;
+}
+
+constexpr bool dtype(fj_dtype value) {
+  return std::any_of(kDtypes.begin(), kDtypes.end(),
+                     [&](const Dtype& d) { return d.dtype == value; });
+}
+
+// The dtype a name ("bf16", "fp16") stands for.
+constexpr std::optional<fj_dtype> dtype_named(std::string_view name) {
+  for (const Dtype& d : kDtypes)
+    if (d.name == name) return d.dtype;
+  return std::nullopt;
+}
+
+// A CUDA architecture name NVRTC takes ("sm_" digits, optionally ending in "a"); "cpu" is not.
+constexpr bool cuda_arch(std::string_view arch) {
+  if (arch.size() < 5 || arch.substr(0, 3) != "sm_") return false;
+  for (size_t i = 3; i < arch.size(); ++i) {
+    const char c = arch[i];
+    const bool last = i + 1 == arch.size();
+    if (!(c >= '0' && c <= '9') && !(last && i > 3 && c == 'a')) return false;
+  }
+  return true;
+}
+
+// "64, 80, 96, 128, 256" (with separator ", "), "64|80|96|128|256" (with "|"): for messages and
+// help text.
+inline std::string head_dims_text(std::string_view separator = ", ") {
+  std::string text;
+  for (int d : kHeadDims) {
+    if (!text.empty()) text += separator;
+    text += std::to_string(d);
+  }
+  return text;
+}
+
+// "bf16, fp16": for messages and help text.
+inline std::string dtype_names_text(std::string_view separator = ", ") {
+  std::string text;
+  for (const Dtype& d : kDtypes) {
+    if (!text.empty()) text += separator;
+    text += d.name;
+  }
+  return text;
+}
+
+}  // namespace flexjit::supported

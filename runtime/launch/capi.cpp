@@ -1,0 +1,1066 @@
+// The C API (runtime/include/flexjit/flexjit.h): argument checks, error messages, and the
+// hand-over to the compiler and the kernel cache. No exception leaves this file.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <new>
+#include <sstream>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "cpu/cpu_launch.h"
+#include "flexjit/dsl/frontend.h"
+#include "flexjit/internal/supported.h"
+#include "kernel_args.cuh"
+#include "launch/capi_internal.h"
+#include "launch/cuda_driver.h"
+#include "launch/handles.h"
+#include "launch/summaries.h"
+
+namespace flexjit {
+
+std::optional<Failure> create_program(fj_context* context, dsl::Source source, fj_program** out) {
+  std::vector<dsl::Diagnostic> diagnostics;
+  dsl::Module module = dsl::parse_and_check(source, diagnostics);
+  if (dsl::has_errors(diagnostics)) {
+    return fail(FJ_ERROR_INVALID_SOURCE, dsl::format_diagnostics(source, diagnostics));
+  }
+  auto program = std::make_unique<fj_program>();
+  program->context = context;
+  program->module = std::move(module);
+  for (const dsl::Decl& decl : program->module.decls) {
+    if (decl.kind != dsl::DeclKind::Param) continue;
+    std::vector<RuntimeParam>& list = decl.is_array() ? program->arrays : program->scalars;
+    RuntimeParam param{decl.name, decl.declared_type, static_cast<int>(list.size()), {}};
+    for (const dsl::ArrayDim& dim : decl.dims)
+      param.dims.push_back(dim.name);
+    list.push_back(std::move(param));
+  }
+  if (program->scalars.size() > static_cast<size_t>(kMaxScalarParams) ||
+      program->arrays.size() > static_cast<size_t>(kMaxArrayParams)) {
+    return fail(FJ_ERROR_UNSUPPORTED,
+                fmt::format("{}: {} scalar and {} array runtime parameters declared, at most {} "
+                            "and {} are supported",
+                            source.name, program->scalars.size(), program->arrays.size(),
+                            kMaxScalarParams, kMaxArrayParams));
+  }
+  *out = program.release();
+  return std::nullopt;
+}
+
+std::optional<Failure> require_non_null(std::initializer_list<NamedPointer> pointers) {
+  for (const NamedPointer& p : pointers) {
+    if (p.pointer == nullptr) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is null", p.name));
+    }
+  }
+  return std::nullopt;
+}
+
+// Rows are moved in 16-byte pieces.
+std::optional<Failure> require_aligned_16(std::initializer_list<NamedPointer> pointers) {
+  for (const NamedPointer& p : pointers) {
+    if (reinterpret_cast<std::uintptr_t>(p.pointer) % 16 != 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is not 16-byte aligned", p.name));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Failure> require_non_negative(std::initializer_list<NamedValue> values) {
+  for (const NamedValue& v : values) {
+    if (v.value < 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} ({}) is negative", v.name, v.value));
+    }
+  }
+  return std::nullopt;
+}
+
+// Strides of 16-bit rows: non-negative multiples of 8 elements keep every row 16-byte aligned.
+std::optional<Failure> require_row_strides(std::initializer_list<NamedValue> strides) {
+  for (const NamedValue& s : strides) {
+    if (s.value < 0 || s.value % 8 != 0) {
+      return fail(
+          FJ_ERROR_INVALID_ARGUMENT,
+          fmt::format("{} ({}) must be a non-negative multiple of 8 elements", s.name, s.value));
+    }
+  }
+  return std::nullopt;
+}
+
+// fj_device of a context-level call (fj_kv_cache_write, fj_merge_states).
+std::optional<Failure> check_device(fj_device device) {
+  if (device != FJ_DEVICE_CUDA && device != FJ_DEVICE_CPU) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("device ({}) is neither FJ_DEVICE_CUDA nor FJ_DEVICE_CPU",
+                            static_cast<int>(device)));
+  }
+  return std::nullopt;
+}
+
+std::optional<Failure> check_heads(int32_t num_heads, int32_t num_kv_heads) {
+  if (num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("num_heads ({}) must be a positive multiple of num_kv_heads ({})",
+                            num_heads, num_kv_heads));
+  }
+  if (num_kv_heads > 65535) {
+    return fail(FJ_ERROR_UNSUPPORTED, fmt::format("num_kv_heads ({}) exceeds 65535", num_kv_heads));
+  }
+  return std::nullopt;
+}
+
+// The array descriptors must match the program's declarations in number (or be absent when
+// the kernel's variant reads no array).
+std::optional<Failure> check_array_count(const fj_kernel& kernel, const fj_array* arrays,
+                                         int32_t num_arrays) {
+  const std::vector<RuntimeParam>& declared = kernel.entry->arrays;
+  const std::vector<bool>& reads = kernel.entry->reads_array;
+  const bool reads_any = std::find(reads.begin(), reads.end(), true) != reads.end();
+  if (num_arrays == 0 && !reads_any) return std::nullopt;
+  if (num_arrays != static_cast<int32_t>(declared.size())) {
+    return fail(
+        FJ_ERROR_INVALID_ARGUMENT,
+        fmt::format("num_arrays is {} but the program declares {} array parameters{}", num_arrays,
+                    declared.size(), reads_any ? " (and the kernel reads some)" : " (or pass 0)"));
+  }
+  if (arrays == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "arrays is null");
+  return std::nullopt;
+}
+
+Failure bad_array(int slot, const RuntimeParam& param, std::string what) {
+  return fail(FJ_ERROR_INVALID_ARGUMENT,
+              fmt::format("arrays[{}] (`{}`): {}", slot, param.name, std::move(what)));
+}
+
+// The shape of a read array: what sizing its summary needs.
+std::optional<Failure> check_array_shape(int slot, const fj_array& a, const RuntimeParam& param) {
+  if (a.rows < 0 || a.cols < 0) {
+    return bad_array(slot, param, fmt::format("negative shape {}x{}", a.rows, a.cols));
+  }
+  if (param.dims.size() == 1 && a.cols > 1) {
+    return bad_array(slot, param, fmt::format("a 1-D array has cols 1 (or 0), got {}", a.cols));
+  }
+  return std::nullopt;
+}
+
+// What the kernel sees of a descriptor: an empty array has no data and no shape.
+fj::ArrayParam array_param(const fj_array& a, int slot, int32_t* bad_index) {
+  const bool empty = a.rows == 0 || a.cols == 0;
+  fj::ArrayParam param;
+  param.data = empty ? nullptr : a.data;
+  param.rows = empty ? 0 : a.rows;
+  param.cols = empty ? 0 : a.cols;
+  param.row_stride = a.row_stride;
+  param.slot = slot;
+  param.bad_index = bad_index;
+  return param;
+}
+
+// What every attention launch shares: runtime parameters, the softmax scale, the LSE stride.
+// Checks the array parameters' descriptors against what the program declares: a dimension
+// named `b` must cover every request and one named `h` every query head, so that a correct
+// index never reads the "out of range" 0.
+std::optional<Failure> prepare_arrays(const fj_kernel& kernel, const fj_array* arrays,
+                                      int32_t num_arrays, int32_t* bad_index, int32_t num_reqs,
+                                      int32_t num_heads, fj::MaskParams& params) {
+  if (reinterpret_cast<std::uintptr_t>(bad_index) % 4 != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, "bad_index is not 4-byte aligned");
+  }
+  // Arrays the variant does not read stay empty: it never reads them.
+  for (int i = 0; i < kMaxArrayParams; ++i) {
+    params.array[i] = fj::ArrayParam{};
+    params.array[i].slot = i;
+    params.array[i].bad_index = bad_index;
+  }
+  if (auto f = check_array_count(kernel, arrays, num_arrays)) return f;
+  const std::vector<RuntimeParam>& declared = kernel.entry->arrays;
+  const std::vector<bool>& reads = kernel.entry->reads_array;
+  for (int i = 0; i < num_arrays; ++i) {
+    const fj_array& a = arrays[i];
+    const RuntimeParam& param = declared[i];
+    if (!reads[i]) continue;  // not read: left empty in the parameter block
+    if (auto f = check_array_shape(i, a, param)) return f;
+    if (a.row_stride < a.cols) {
+      return bad_array(
+          i, param, fmt::format("row_stride ({}) is smaller than cols ({})", a.row_stride, a.cols));
+    }
+    const bool empty = a.rows == 0 || a.cols == 0;
+    if (!empty && a.data == nullptr) return bad_array(i, param, "data is null");
+    if (reinterpret_cast<std::uintptr_t>(a.data) % 4 != 0) {
+      return bad_array(i, param, "data is not 4-byte aligned");
+    }
+    const int32_t extents[2] = {a.rows, a.cols};
+    for (size_t d = 0; d < param.dims.size(); ++d) {
+      const int32_t need = param.dims[d] == "b" ? num_reqs : param.dims[d] == "h" ? num_heads : 0;
+      if (extents[d] < need) {
+        return bad_array(i, param,
+                         fmt::format("dimension {} (`{}`) has {} entries, fewer than the {} the "
+                                     "call needs",
+                                     d, param.dims[d], extents[d], need));
+      }
+    }
+    params.array[i] = array_param(a, i, bad_index);
+  }
+  return std::nullopt;
+}
+
+std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const int32_t* params,
+                                                int32_t num_params, const fj_array* arrays,
+                                                int32_t num_arrays, int32_t* bad_index,
+                                                int32_t num_reqs, float scale, const float* lse,
+                                                int64_t lse_stride_token, int32_t num_heads,
+                                                fj::PagedPrefillArgs& device) {
+  if (num_params != kernel.num_params) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("num_params is {} but the program declares {} runtime parameters",
+                            num_params, kernel.num_params));
+  }
+  if (num_params > 0 && params == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "params is null");
+  if (!std::isfinite(scale)) return fail(FJ_ERROR_INVALID_ARGUMENT, "scale is not finite");
+  if (lse != nullptr && lse_stride_token < num_heads) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("lse_stride_token ({}) is smaller than num_heads ({})",
+                            lse_stride_token, num_heads));
+  }
+  device.scale =
+      scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(kernel.config.head_dim));
+  for (int i = 0; i < num_params; ++i)
+    device.params.scalar[i] = params[i];
+  return prepare_arrays(kernel, arrays, num_arrays, bad_index, num_reqs, num_heads, device.params);
+}
+
+// Checks every argument the host can see without touching device memory; fills `device`.
+std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_paged_attention_args& a,
+                                          fj::PagedPrefillArgs& device) {
+  if (kernel.config.page_size == 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                "kernel was created with page_size 0 (contiguous K/V): use fj_varlen_attention");
+  }
+  if (auto f = require_non_negative({{"num_tokens", a.num_tokens},
+                                     {"num_reqs", a.num_reqs},
+                                     {"max_query_len", a.max_query_len},
+                                     {"max_blocks_per_req", a.max_blocks_per_req}})) {
+    return f;
+  }
+  if (auto f = check_heads(a.num_heads, a.num_kv_heads)) return f;
+  if (a.max_query_len > a.num_tokens) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("max_query_len ({}) exceeds num_tokens ({})",
+                                                       a.max_query_len, a.num_tokens));
+  }
+  if (a.num_reqs > 65535) {
+    return fail(FJ_ERROR_UNSUPPORTED, fmt::format("num_reqs ({}) exceeds 65535", a.num_reqs));
+  }
+  if (a.block_table_stride < a.max_blocks_per_req) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("block_table_stride ({}) is smaller than max_blocks_per_req ({})",
+                            a.block_table_stride, a.max_blocks_per_req));
+  }
+  if (auto f = require_non_null({{"q", a.q},
+                                 {"out", a.out},
+                                 {"k_cache", a.k_cache},
+                                 {"v_cache", a.v_cache},
+                                 {"query_start_loc", a.query_start_loc},
+                                 {"seq_lens", a.seq_lens},
+                                 {"block_table", a.block_table}})) {
+    return f;
+  }
+  if (auto f = require_aligned_16(
+          {{"q", a.q}, {"out", a.out}, {"k_cache", a.k_cache}, {"v_cache", a.v_cache}})) {
+    return f;
+  }
+  if (auto f = require_row_strides({{"q_stride_token", a.q_stride_token},
+                                    {"q_stride_head", a.q_stride_head},
+                                    {"out_stride_token", a.out_stride_token},
+                                    {"out_stride_head", a.out_stride_head},
+                                    {"k_stride_block", a.k_stride_block},
+                                    {"k_stride_slot", a.k_stride_slot},
+                                    {"k_stride_head", a.k_stride_head},
+                                    {"v_stride_block", a.v_stride_block},
+                                    {"v_stride_slot", a.v_stride_slot},
+                                    {"v_stride_head", a.v_stride_head}})) {
+    return f;
+  }
+  device = fj::PagedPrefillArgs{};
+  if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.arrays, a.num_arrays,
+                                        a.bad_index, a.num_reqs, a.scale, a.lse, a.lse_stride_token,
+                                        a.num_heads, device)) {
+    return f;
+  }
+  device.q = a.q;
+  device.out = a.out;
+  device.k_cache = a.k_cache;
+  device.v_cache = a.v_cache;
+  device.query_start_loc = a.query_start_loc;
+  device.seq_lens = a.seq_lens;
+  device.block_table = a.block_table;
+  device.lse = a.lse;
+  device.q_stride_token = a.q_stride_token;
+  device.q_stride_head = a.q_stride_head;
+  device.out_stride_token = a.out_stride_token;
+  device.out_stride_head = a.out_stride_head;
+  device.k_stride_block = a.k_stride_block;
+  device.k_stride_slot = a.k_stride_slot;
+  device.k_stride_head = a.k_stride_head;
+  device.v_stride_block = a.v_stride_block;
+  device.v_stride_slot = a.v_stride_slot;
+  device.v_stride_head = a.v_stride_head;
+  device.block_table_stride = a.block_table_stride;
+  device.lse_stride_token = a.lse_stride_token;
+  device.num_reqs = a.num_reqs;
+  device.num_heads = a.num_heads;
+  device.num_kv_heads = a.num_kv_heads;
+  device.max_blocks_per_req = a.max_blocks_per_req;
+  return std::nullopt;
+}
+
+// The encoder call maps onto the same kernel arguments: sequences are requests, K/V rows are
+// addressed by *_stride_slot from the sequence's first row.
+std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
+                                           const fj_varlen_attention_args& a,
+                                           fj::PagedPrefillArgs& device) {
+  if (kernel.config.page_size != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                "kernel was created for a paged cache: use fj_paged_attention, or create it with "
+                "page_size 0");
+  }
+  if (auto f = require_non_negative({{"num_tokens", a.num_tokens},
+                                     {"num_seqs", a.num_seqs},
+                                     {"max_seq_len", a.max_seq_len}})) {
+    return f;
+  }
+  if (auto f = check_heads(a.num_heads, a.num_kv_heads)) return f;
+  if (a.max_seq_len > a.num_tokens) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("max_seq_len ({}) exceeds num_tokens ({})",
+                                                       a.max_seq_len, a.num_tokens));
+  }
+  if (a.num_seqs > 65535) {
+    return fail(FJ_ERROR_UNSUPPORTED, fmt::format("num_seqs ({}) exceeds 65535", a.num_seqs));
+  }
+  if (auto f = require_non_null(
+          {{"q", a.q}, {"k", a.k}, {"v", a.v}, {"out", a.out}, {"cu_seqlens", a.cu_seqlens}})) {
+    return f;
+  }
+  if (auto f = require_aligned_16({{"q", a.q}, {"k", a.k}, {"v", a.v}, {"out", a.out}})) return f;
+  if (auto f = require_row_strides({{"q_stride_token", a.q_stride_token},
+                                    {"q_stride_head", a.q_stride_head},
+                                    {"k_stride_token", a.k_stride_token},
+                                    {"k_stride_head", a.k_stride_head},
+                                    {"v_stride_token", a.v_stride_token},
+                                    {"v_stride_head", a.v_stride_head},
+                                    {"out_stride_token", a.out_stride_token},
+                                    {"out_stride_head", a.out_stride_head}})) {
+    return f;
+  }
+  device = fj::PagedPrefillArgs{};
+  if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.arrays, a.num_arrays,
+                                        a.bad_index, a.num_seqs, a.scale, a.lse, a.lse_stride_token,
+                                        a.num_heads, device)) {
+    return f;
+  }
+  device.q = a.q;
+  device.out = a.out;
+  device.k_cache = a.k;
+  device.v_cache = a.v;
+  device.query_start_loc = a.cu_seqlens;
+  device.lse = a.lse;
+  device.q_stride_token = a.q_stride_token;
+  device.q_stride_head = a.q_stride_head;
+  device.out_stride_token = a.out_stride_token;
+  device.out_stride_head = a.out_stride_head;
+  device.k_stride_slot = a.k_stride_token;
+  device.k_stride_head = a.k_stride_head;
+  device.v_stride_slot = a.v_stride_token;
+  device.v_stride_head = a.v_stride_head;
+  device.lse_stride_token = a.lse_stride_token;
+  device.num_reqs = a.num_seqs;
+  device.num_heads = a.num_heads;
+  device.num_kv_heads = a.num_kv_heads;
+  return std::nullopt;
+}
+
+// Loads `kernel` in the current CUDA context (device 0's primary one when the thread has none)
+// and enqueues it with `args` as its only parameter. No synchronisation.
+std::optional<Failure> launch(const CompiledKernel& kernel, unsigned grid_x, unsigned grid_y,
+                              unsigned grid_z, unsigned threads, size_t smem, void* stream,
+                              void* args) {
+  auto api = cuda::driver_api();
+  if (!api) return fail(FJ_ERROR_CUDA, api.error().message);
+  auto function = kernel.function(smem);
+  if (!function) {
+    return fail(FJ_ERROR_CUDA,
+                fmt::format("cannot load {}: {}", kernel.name(), function.error().message));
+  }
+  void* params[] = {args};
+  const CUresult status = (*api)->cuLaunchKernel(*function, grid_x, grid_y, grid_z, threads, 1, 1,
+                                                 static_cast<unsigned>(smem),
+                                                 static_cast<CUstream>(stream), params, nullptr);
+  if (status != CUDA_SUCCESS) {
+    return fail(FJ_ERROR_CUDA, fmt::format("launching {} failed: {}", kernel.name(),
+                                           cuda::driver_error_string(**api, status)));
+  }
+  return std::nullopt;
+}
+
+// The architecture to compile for when the caller names none: the current device's.
+Result<std::string> current_device_arch() {
+  auto api = cuda::driver_api();
+  if (!api) return api.error();
+  auto context = cuda::current_or_primary_context();
+  if (!context) return context.error();
+  CUdevice device;
+  const CUresult status = (*api)->cuCtxGetDevice(&device);
+  if (status != CUDA_SUCCESS) {
+    return Error{"cuCtxGetDevice failed: " + cuda::driver_error_string(**api, status)};
+  }
+  auto sm = cuda::device_sm(**api, device);
+  if (!sm) return sm.error();
+  return cuda::nvrtc_arch_for(*sm);
+}
+
+Failure compile_failure(const Error& error);
+
+// A mask-independent kernel (KV-cache write, merge_states) for the current
+// device, compiled on first use and cached in the context: FJ_ERROR_CUDA without a device,
+// FJ_ERROR_COMPILE when NVRTC fails.
+std::optional<Failure> device_kernel(fj_context& context,
+                                     KernelSpec (*make_spec)(const std::string& arch),
+                                     CompiledKernelPtr& kernel) {
+  auto arch = current_device_arch();
+  if (!arch) return fail(FJ_ERROR_CUDA, arch.error().message);
+  auto compiled = context.cache.get(make_spec(*arch));
+  if (!compiled) return compile_failure(compiled.error());
+  kernel = *compiled;
+  return std::nullopt;
+}
+
+// Define names and values must be present and printable: they become part of a request key
+// whose fields are kept apart by a control character.
+std::optional<Failure> check_defines(const fj_kernel_desc& desc) {
+  if (desc.num_defines > 0 && desc.defines == nullptr) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, "desc->defines is null");
+  }
+  const auto printable = [](const char* text) {
+    for (; *text != '\0'; ++text) {
+      if (static_cast<unsigned char>(*text) < 0x20 || *text == 0x7f) return false;
+    }
+    return true;
+  };
+  for (uint32_t i = 0; i < desc.num_defines; ++i) {
+    const fj_define& define = desc.defines[i];
+    if (define.name == nullptr || define.value == nullptr) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("desc->defines[{}] has a null name or value", i));
+    }
+    if (!printable(define.name) || !printable(define.value)) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("desc->defines[{}] holds a control character", i));
+    }
+  }
+  if (desc.score != nullptr && !printable(desc.score)) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, "desc->score holds a control character");
+  }
+  return std::nullopt;
+}
+
+Failure compile_failure(const Error& error) {
+  return fail(FJ_ERROR_COMPILE,
+              error.log.empty() ? error.message : fmt::format("{}\n{}", error.message, error.log));
+}
+
+// A caller's workspace must hold what the launch needs; a null one with a nonzero size is a
+// mistake (a failed allocation?) rather than a request for the kernel's own buffer.
+std::optional<Failure> check_workspace(const SummaryLayout& layout, const void* workspace,
+                                       uint64_t workspace_bytes) {
+  if (workspace == nullptr) {
+    if (workspace_bytes == 0) return std::nullopt;
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("workspace is null but workspace_bytes is {}", workspace_bytes));
+  }
+  if (reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlignment != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("workspace is not {}-byte aligned", kWorkspaceAlignment));
+  }
+  if (workspace_bytes < layout.bytes) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("workspace_bytes ({}) is smaller than the {} bytes this launch needs "
+                            "(see fj_attention_workspace_size)",
+                            workspace_bytes, layout.bytes));
+  }
+  return std::nullopt;
+}
+
+// The summaries a launch of `kernel` over `params`' arrays builds, with the caller's workspace
+// checked against them.
+std::optional<Failure> launch_summaries(const fj_kernel& kernel, const fj::MaskParams& params,
+                                        const void* workspace, uint64_t workspace_bytes,
+                                        SummaryLayout& layout) {
+  auto result = summary_layout(*kernel.entry, params.array);
+  if (!result) return fail(FJ_ERROR_UNSUPPORTED, result.error().message);
+  layout = std::move(*result);
+  return check_workspace(layout, workspace, workspace_bytes);
+}
+
+// The array-summary kernel for `kernel`'s architecture (the attention kernel's, which runs on
+// the same device), from the handle after the first call.
+std::optional<Failure> summary_kernel_of(fj_kernel& kernel, CompiledKernelPtr& summary_kernel) {
+  if (auto api = cuda::driver_api(); !api) return fail(FJ_ERROR_CUDA, api.error().message);
+  std::lock_guard lock(kernel.summary_mutex);
+  if (kernel.summary_kernel == nullptr) {
+    auto compiled = kernel.context->cache.get(array_summary_spec(kernel.config.arch));
+    if (!compiled) return compile_failure(compiled.error());
+    kernel.summary_kernel = *compiled;
+  }
+  summary_kernel = kernel.summary_kernel;
+  return std::nullopt;
+}
+
+// Enqueues the summaries of `layout` into `workspace` (the kernel's own buffer when null) and
+// points the parameter block's arrays at them; nothing when the layout has none.
+std::optional<Failure> enqueue_summaries(fj_kernel& kernel, const SummaryLayout& layout,
+                                         void* workspace, fj::MaskParams& params, void* stream) {
+  if (layout.entries.empty()) return std::nullopt;
+  CompiledKernelPtr summary_kernel;
+  if (auto f = summary_kernel_of(kernel, summary_kernel)) return f;
+  char* base = static_cast<char*>(workspace);
+  if (base == nullptr) {
+    auto owned = kernel.workspace.get(layout.bytes);
+    if (!owned) return fail(FJ_ERROR_CUDA, owned.error().message);
+    base = reinterpret_cast<char*>(static_cast<std::uintptr_t>(*owned));
+  }
+  for (const SummaryEntry& entry : layout.entries) {
+    fj::ArrayParam& array = params.array[entry.slot];
+    array.summary_axis = entry.axis;
+    int32_t* summary = reinterpret_cast<int32_t*>(base + entry.offset);
+    if (auto enqueued =
+            enqueue_array_summary(*summary_kernel, array, entry.is_float, summary, stream);
+        !enqueued) {
+      return fail(FJ_ERROR_CUDA, enqueued.error().message);
+    }
+    array.summary = summary;
+  }
+  return std::nullopt;
+}
+
+// Launches the attention kernel over `num_sequences` sequences of at most `max_query_len`
+// query rows each (`num_tokens` in all), after the summaries of the arrays it reads (in
+// `workspace`, or the kernel's own buffer when null). A CPU kernel runs here and now.
+std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs& device,
+                                        void* workspace, uint64_t workspace_bytes,
+                                        int32_t max_query_len, int32_t num_sequences,
+                                        int32_t num_tokens, void* stream) {
+  const int64_t group = device.num_heads / device.num_kv_heads;
+  const int64_t packed_rows = int64_t{max_query_len} * group;
+  const PrefillLaunchShape shape = prefill_launch_shape(kernel.config);
+  const int64_t block_m = shape.block_m;
+  const int64_t q_tiles = (packed_rows + block_m - 1) / block_m;
+  if (q_tiles > 0x7fffffff) {
+    return fail(FJ_ERROR_UNSUPPORTED, "the longest query times the GQA group is too large");
+  }
+  SummaryLayout layout;
+  if (auto f = launch_summaries(kernel, device.params, workspace, workspace_bytes, layout)) {
+    return f;
+  }
+  if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
+  if (kernel.entry->cpu) {
+    if (auto f = cpu::launch_attention(*kernel.entry->cpu, layout, device, workspace, num_tokens,
+                                       max_query_len)) {
+      return fail(f->status, std::move(f->message));
+    }
+    return std::nullopt;
+  }
+  if (auto f = enqueue_summaries(kernel, layout, workspace, device.params, stream)) return f;
+  return launch(*kernel.compiled, static_cast<unsigned>(q_tiles),
+                static_cast<unsigned>(num_sequences), static_cast<unsigned>(device.num_kv_heads),
+                static_cast<unsigned>(shape.threads), static_cast<unsigned>(shape.smem_bytes),
+                stream, &device);
+}
+
+void set_last_error(const fj_context* context, std::string message) {
+  if (context == nullptr) return;
+  std::lock_guard lock(context->error_mutex);
+  context->last_errors[std::this_thread::get_id()] = std::move(message);
+}
+
+}  // namespace flexjit
+
+using flexjit::fail;
+using flexjit::Failure;
+using flexjit::guarded;
+
+extern "C" {
+
+FJ_API const char* fj_status_string(fj_status status) {
+  switch (status) {
+    case FJ_SUCCESS:
+      return "FJ_SUCCESS: no error";
+    case FJ_ERROR_INVALID_ARGUMENT:
+      return "FJ_ERROR_INVALID_ARGUMENT: an argument is null, out of range or inconsistent";
+    case FJ_ERROR_INVALID_SOURCE:
+      return "FJ_ERROR_INVALID_SOURCE: the mask source has errors";
+    case FJ_ERROR_NOT_FOUND:
+      return "FJ_ERROR_NOT_FOUND: no such mask, parameter or file";
+    case FJ_ERROR_UNSUPPORTED:
+      return "FJ_ERROR_UNSUPPORTED: configuration not supported";
+    case FJ_ERROR_COMPILE:
+      return "FJ_ERROR_COMPILE: kernel compilation failed";
+    case FJ_ERROR_CUDA:
+      return "FJ_ERROR_CUDA: the CUDA driver is missing or a driver call failed";
+    case FJ_ERROR_INTERNAL:
+      return "FJ_ERROR_INTERNAL: internal error";
+  }
+  return "unknown fj_status value";
+}
+
+FJ_API uint32_t fj_runtime_version(void) {
+  return FJ_VERSION;
+}
+
+FJ_API fj_status fj_context_create(fj_context** out) {
+  if (out == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
+  try {
+    *out = new fj_context();
+    return FJ_SUCCESS;
+  } catch (...) {
+    return FJ_ERROR_INTERNAL;
+  }
+}
+
+FJ_API fj_status fj_context_destroy(fj_context* context) {
+  delete context;
+  return FJ_SUCCESS;
+}
+
+FJ_API const char* fj_context_last_error(const fj_context* context) {
+  if (context == nullptr) return "context is null";
+  // The message is copied to thread-local storage so the pointer survives other threads'
+  // calls on the same context.
+  thread_local std::string message;
+  std::lock_guard lock(context->error_mutex);
+  auto it = context->last_errors.find(std::this_thread::get_id());
+  message = it == context->last_errors.end() ? std::string() : it->second;
+  return message.c_str();
+}
+
+FJ_API fj_status fj_program_create(fj_context* context, const char* name, const char* source,
+                                   size_t source_length, fj_program** out) {
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
+    if (out == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "out is null");
+    if (source == nullptr && source_length > 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, "source is null");
+    }
+    flexjit::dsl::Source text{name != nullptr ? name : "<string>",
+                              std::string(source != nullptr ? source : "", source_length)};
+    return flexjit::create_program(context, std::move(text), out);
+  });
+}
+
+FJ_API fj_status fj_program_create_from_file(fj_context* context, const char* path,
+                                             fj_program** out) {
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
+    if (path == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "path is null");
+    if (out == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "out is null");
+    std::ifstream file(path, std::ios::binary);
+    if (!file) return fail(FJ_ERROR_NOT_FOUND, fmt::format("cannot open '{}'", path));
+    std::ostringstream text;
+    text << file.rdbuf();
+    if (file.bad()) return fail(FJ_ERROR_NOT_FOUND, fmt::format("cannot read '{}'", path));
+    return flexjit::create_program(context, flexjit::dsl::Source{path, text.str()}, out);
+  });
+}
+
+FJ_API fj_status fj_program_destroy(fj_program* program) {
+  delete program;
+  return FJ_SUCCESS;
+}
+
+FJ_API fj_status fj_program_param_slot(const fj_program* program, const char* name, int32_t* slot) {
+  const fj_context* context = program != nullptr ? program->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (program == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "program is null");
+    if (name == nullptr || slot == nullptr) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, "name or slot is null");
+    }
+    for (const flexjit::RuntimeParam& param : program->scalars) {
+      if (param.name == name) {
+        *slot = param.slot;
+        return std::nullopt;
+      }
+    }
+    for (const flexjit::RuntimeParam& param : program->arrays) {
+      if (param.name == name) {
+        return fail(FJ_ERROR_NOT_FOUND,
+                    fmt::format("'{}' is an array parameter: see fj_program_param_info", name));
+      }
+    }
+    return fail(FJ_ERROR_NOT_FOUND, fmt::format("no scalar runtime parameter '{}'", name));
+  });
+}
+
+FJ_API fj_status fj_program_param_count(const fj_program* program, int32_t* count) {
+  if (program == nullptr || count == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
+  *count = static_cast<int32_t>(program->scalars.size());
+  return FJ_SUCCESS;
+}
+
+FJ_API fj_status fj_program_array_count(const fj_program* program, int32_t* count) {
+  if (program == nullptr || count == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
+  *count = static_cast<int32_t>(program->arrays.size());
+  return FJ_SUCCESS;
+}
+
+FJ_API fj_status fj_program_param_info(const fj_program* program, const char* name,
+                                       fj_param_info* info) {
+  const fj_context* context = program != nullptr ? program->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (program == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "program is null");
+    if (name == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "name is null");
+    if (auto f = flexjit::check_args_struct("info", info)) return f;
+    for (const auto* list : {&program->scalars, &program->arrays}) {
+      for (const flexjit::RuntimeParam& param : *list) {
+        if (param.name != name) continue;
+        const bool is_float = param.type == flexjit::dsl::Type::Float;
+        if (param.is_array()) {
+          info->type = is_float ? FJ_PARAM_FLOAT_ARRAY : FJ_PARAM_INT_ARRAY;
+        } else {
+          info->type = is_float                                 ? FJ_PARAM_FLOAT
+                       : param.type == flexjit::dsl::Type::Bool ? FJ_PARAM_BOOL
+                                                                : FJ_PARAM_INT;
+        }
+        info->slot = param.slot;
+        info->rank = static_cast<int32_t>(param.dims.size());
+        info->dims[0] = param.dims.size() > 0 ? param.dims[0].c_str() : nullptr;
+        info->dims[1] = param.dims.size() > 1 ? param.dims[1].c_str() : nullptr;
+        return std::nullopt;
+      }
+    }
+    return fail(FJ_ERROR_NOT_FOUND, fmt::format("no runtime parameter '{}'", name));
+  });
+}
+
+FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program,
+                                  const fj_kernel_desc* desc, fj_kernel** out) {
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
+    if (program == nullptr || desc == nullptr || out == nullptr) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, "program, desc or out is null");
+    }
+    if (auto f = flexjit::check_args_struct("desc", desc)) return f;
+    if (desc->mask == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "desc->mask is null");
+    if (auto f = flexjit::check_defines(*desc)) return f;
+    if (!flexjit::supported::head_dim(desc->head_dim)) {
+      return fail(FJ_ERROR_UNSUPPORTED,
+                  fmt::format("head_dim {} is not supported (supported: {})", desc->head_dim,
+                              flexjit::supported::head_dims_text()));
+    }
+    if (!flexjit::supported::dtype(desc->dtype)) {
+      return fail(FJ_ERROR_UNSUPPORTED,
+                  fmt::format("dtype {} is not supported (FJ_DTYPE_FP16, FJ_DTYPE_BF16)",
+                              static_cast<int>(desc->dtype)));
+    }
+    if (!flexjit::supported::page_size(desc->page_size)) {
+      return fail(FJ_ERROR_UNSUPPORTED,
+                  fmt::format("page_size {} is not supported ({})", desc->page_size,
+                              flexjit::supported::kPageSizesText));
+    }
+    if (context != program->context) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, "program belongs to another context");
+    }
+    flexjit::PrefillKernelConfig config;
+    config.head_dim = desc->head_dim;
+    config.bf16 = desc->dtype == FJ_DTYPE_BF16;
+    config.page_size = desc->page_size;
+    if (desc->arch != nullptr && desc->arch == flexjit::cpu::kArch) {
+      config.arch = flexjit::cpu::kArch;  // the CPU backend: no NVRTC, no device
+    } else if (desc->arch != nullptr) {
+      if (!flexjit::supported::cuda_arch(desc->arch)) {
+        return fail(FJ_ERROR_UNSUPPORTED,
+                    fmt::format("arch '{}' is not of the form sm_NN or sm_NNa", desc->arch));
+      }
+      config.arch = desc->arch;
+    } else {
+      auto arch = flexjit::current_device_arch();
+      if (!arch) return fail(FJ_ERROR_CUDA, arch.error().message);
+      config.arch = *arch;
+    }
+    // A request seen before costs one lookup: no lowering, source generation or hashing.
+    std::string request = flexjit::kernel_request_key(*desc, config.arch);
+    std::shared_ptr<const flexjit::ProgramKernel> entry =
+        flexjit::find_program_kernel(*program, request);
+    if (!entry) {
+      auto variant = flexjit::program_variant(*program, flexjit::selection_of(*desc));
+      if (!variant) return fail(FJ_ERROR_NOT_FOUND, variant.error().message);
+      auto created = std::make_shared<flexjit::ProgramKernel>();
+      if (config.arch == flexjit::cpu::kArch) {
+        auto cpu = flexjit::cpu::make_cpu_kernel(*variant, config);
+        if (!cpu) return fail(FJ_ERROR_COMPILE, cpu.error().message);
+        created->cpu = *cpu;
+      } else {
+        auto result = context->cache.get(flexjit::prefill_kernel_spec(*variant, config));
+        if (!result) return flexjit::compile_failure(result.error());
+        created->compiled = *result;
+      }
+      created->arrays = program->arrays;
+      created->variant = std::make_shared<const flexjit::Variant>(*variant);
+      for (const flexjit::RuntimeParam& array : program->arrays) {
+        created->reads_array.push_back(
+            flexjit::ir::uses_array(variant->mask, array.slot) ||
+            (variant->has_score() && flexjit::ir::uses_array(variant->score, array.slot)));
+      }
+      entry = created;
+      flexjit::remember_program_kernel(*program, std::move(request), entry);
+    }
+    auto kernel = std::make_unique<fj_kernel>();
+    kernel->context = context;
+    kernel->compiled = entry->compiled;
+    kernel->config = config;
+    kernel->num_params = static_cast<int>(program->scalars.size());
+    kernel->entry = std::move(entry);
+    *out = kernel.release();
+    return std::nullopt;
+  });
+}
+
+FJ_API fj_status fj_kernel_destroy(fj_kernel* kernel) {
+  delete kernel;
+  return FJ_SUCCESS;
+}
+
+FJ_API fj_status fj_kernel_name(const fj_kernel* kernel, const char** name) {
+  if (kernel == nullptr || name == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
+  *name = kernel->entry->cpu ? kernel->entry->cpu->name.c_str() : kernel->compiled->name().c_str();
+  return FJ_SUCCESS;
+}
+
+FJ_API fj_status fj_attention_workspace_size(const fj_kernel* kernel, const fj_array* arrays,
+                                             int32_t num_arrays, uint64_t* bytes) {
+  const fj_context* context = kernel != nullptr ? kernel->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (kernel == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "kernel is null");
+    if (bytes == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "bytes is null");
+    if (auto f = flexjit::check_array_count(*kernel, arrays, num_arrays)) return f;
+    fj::ArrayParam shapes[fj::kMaxArrayParams] = {};
+    for (int i = 0; i < num_arrays; ++i) {
+      if (!kernel->entry->reads_array[i]) continue;
+      if (auto f = flexjit::check_array_shape(i, arrays[i], kernel->entry->arrays[i])) return f;
+      shapes[i] = flexjit::array_param(arrays[i], i, nullptr);
+    }
+    auto layout = flexjit::summary_layout(*kernel->entry, shapes);
+    if (!layout) return fail(FJ_ERROR_UNSUPPORTED, layout.error().message);
+    *bytes = layout->bytes;
+    return std::nullopt;
+  });
+}
+
+FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_args* args,
+                                    void* stream) {
+  const fj_context* context = kernel != nullptr ? kernel->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (kernel == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "kernel is null");
+    fj_paged_attention_args a;
+    if (auto f = flexjit::read_args_struct("args", args, flexjit::kPagedArgsOldestSize, a)) {
+      return f;
+    }
+    fj::PagedPrefillArgs device;
+    if (auto failure = flexjit::prepare_paged_args(*kernel, a, device)) return failure;
+    return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes,
+                                     a.max_query_len, a.num_reqs, a.num_tokens, stream);
+  });
+}
+
+FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attention_args* args,
+                                     void* stream) {
+  const fj_context* context = kernel != nullptr ? kernel->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (kernel == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "kernel is null");
+    fj_varlen_attention_args a;
+    if (auto f = flexjit::read_args_struct("args", args, flexjit::kVarlenArgsOldestSize, a)) {
+      return f;
+    }
+    fj::PagedPrefillArgs device;
+    if (auto failure = flexjit::prepare_varlen_args(*kernel, a, device)) return failure;
+    return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes, a.max_seq_len,
+                                     a.num_seqs, a.num_tokens, stream);
+  });
+}
+
+FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_args* args,
+                                   void* stream) {
+  return guarded(context, [&]() -> std::optional<Failure> {
+    using flexjit::NamedValue;
+    if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
+    fj_kv_cache_write_args a;
+    if (auto f =
+            flexjit::read_args_struct("args", args, offsetof(fj_kv_cache_write_args, device), a)) {
+      return f;
+    }
+    if (auto f = flexjit::check_device(a.device)) return f;
+    if (auto f = flexjit::require_non_negative(
+            {{"num_tokens", a.num_tokens}, {"num_blocks", a.num_blocks}})) {
+      return f;
+    }
+    if (a.num_kv_heads <= 0 || a.head_dim <= 0 || a.head_dim % 8 != 0 || a.page_size <= 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  "num_kv_heads and page_size must be positive, head_dim a positive multiple of 8");
+    }
+    if (a.num_blocks > std::numeric_limits<int64_t>::max() / a.page_size) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, "num_blocks * page_size overflows");
+    }
+    if (auto f = flexjit::require_non_null({{"key", a.key},
+                                            {"value", a.value},
+                                            {"k_cache", a.k_cache},
+                                            {"v_cache", a.v_cache},
+                                            {"slot_mapping", a.slot_mapping}})) {
+      return f;
+    }
+    if (auto f = flexjit::require_aligned_16(
+            {{"key", a.key}, {"value", a.value}, {"k_cache", a.k_cache}, {"v_cache", a.v_cache}})) {
+      return f;
+    }
+    if (auto f = flexjit::require_row_strides({{"key_stride_token", a.key_stride_token},
+                                               {"key_stride_head", a.key_stride_head},
+                                               {"value_stride_token", a.value_stride_token},
+                                               {"value_stride_head", a.value_stride_head},
+                                               {"k_stride_block", a.k_stride_block},
+                                               {"k_stride_slot", a.k_stride_slot},
+                                               {"k_stride_head", a.k_stride_head},
+                                               {"v_stride_block", a.v_stride_block},
+                                               {"v_stride_slot", a.v_stride_slot},
+                                               {"v_stride_head", a.v_stride_head}})) {
+      return f;
+    }
+    const int64_t chunks = int64_t{a.num_tokens} * a.num_kv_heads * (a.head_dim / 8);
+    const int64_t blocks = (chunks + fj::kKvCacheWriteThreads - 1) / fj::kKvCacheWriteThreads;
+    if (blocks > 0x7fffffff) return fail(FJ_ERROR_UNSUPPORTED, "too many tokens for one launch");
+    if (blocks == 0) return std::nullopt;
+    fj::KvCacheWriteArgs device{};
+    device.key = a.key;
+    device.value = a.value;
+    device.k_cache = a.k_cache;
+    device.v_cache = a.v_cache;
+    device.slot_mapping = reinterpret_cast<const fj::i64*>(a.slot_mapping);
+    device.key_stride_token = a.key_stride_token;
+    device.key_stride_head = a.key_stride_head;
+    device.value_stride_token = a.value_stride_token;
+    device.value_stride_head = a.value_stride_head;
+    device.k_stride_block = a.k_stride_block;
+    device.k_stride_slot = a.k_stride_slot;
+    device.k_stride_head = a.k_stride_head;
+    device.v_stride_block = a.v_stride_block;
+    device.v_stride_slot = a.v_stride_slot;
+    device.v_stride_head = a.v_stride_head;
+    device.num_slots = a.num_blocks * a.page_size;
+    device.num_tokens = a.num_tokens;
+    device.num_kv_heads = a.num_kv_heads;
+    device.head_dim = a.head_dim;
+    device.page_size = a.page_size;
+    if (a.device == FJ_DEVICE_CPU) {
+      flexjit::cpu::kv_cache_write(device, flexjit::cpu::ThreadPool::shared());
+      return std::nullopt;
+    }
+    flexjit::CompiledKernelPtr kernel;
+    if (auto f = flexjit::device_kernel(*context, flexjit::kv_cache_write_spec, kernel)) return f;
+    return flexjit::launch(*kernel, static_cast<unsigned>(blocks), 1, 1, fj::kKvCacheWriteThreads,
+                           0, stream, &device);
+  });
+}
+
+FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args* args,
+                                 void* stream) {
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
+    fj_merge_states_args a;
+    if (auto f =
+            flexjit::read_args_struct("args", args, offsetof(fj_merge_states_args, device), a)) {
+      return f;
+    }
+    if (auto f = flexjit::check_device(a.device)) return f;
+    if (a.dtype != FJ_DTYPE_BF16 && a.dtype != FJ_DTYPE_FP16) {
+      return fail(FJ_ERROR_UNSUPPORTED,
+                  fmt::format("dtype {} is not supported", static_cast<int>(a.dtype)));
+    }
+    if (a.num_tokens < 0 || a.num_heads <= 0 || a.head_dim <= 0 || a.head_dim % 8 != 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  "num_tokens must be >= 0, num_heads positive, head_dim a positive multiple of 8");
+    }
+    if (auto f = flexjit::require_non_null({{"out_a", a.out_a},
+                                            {"lse_a", a.lse_a},
+                                            {"out_b", a.out_b},
+                                            {"lse_b", a.lse_b},
+                                            {"out", a.out}})) {
+      return f;
+    }
+    if (auto f =
+            flexjit::require_aligned_16({{"out_a", a.out_a}, {"out_b", a.out_b}, {"out", a.out}})) {
+      return f;
+    }
+    if (a.lse != nullptr && (a.lse == a.lse_a || a.lse == a.lse_b)) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, "lse must not alias lse_a or lse_b");
+    }
+    if (auto f = flexjit::require_row_strides({{"out_a_stride_token", a.out_a_stride_token},
+                                               {"out_a_stride_head", a.out_a_stride_head},
+                                               {"out_b_stride_token", a.out_b_stride_token},
+                                               {"out_b_stride_head", a.out_b_stride_head},
+                                               {"out_stride_token", a.out_stride_token},
+                                               {"out_stride_head", a.out_stride_head}})) {
+      return f;
+    }
+    for (const auto& [name, stride, present] :
+         {std::tuple{"lse_a_stride_token", a.lse_a_stride_token, true},
+          std::tuple{"lse_b_stride_token", a.lse_b_stride_token, true},
+          std::tuple{"lse_stride_token", a.lse_stride_token, a.lse != nullptr}}) {
+      if (present && stride < a.num_heads) {
+        return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} ({}) is smaller than num_heads ({})",
+                                                           name, stride, a.num_heads));
+      }
+    }
+    const int64_t chunks = int64_t{a.num_tokens} * a.num_heads * (a.head_dim / 8);
+    const int64_t blocks = (chunks + fj::kMergeStatesThreads - 1) / fj::kMergeStatesThreads;
+    if (blocks > 0x7fffffff) return fail(FJ_ERROR_UNSUPPORTED, "too many rows for one launch");
+    if (blocks == 0) return std::nullopt;
+    fj::MergeStatesArgs device{};
+    device.out_a = a.out_a;
+    device.lse_a = a.lse_a;
+    device.out_b = a.out_b;
+    device.lse_b = a.lse_b;
+    device.out = a.out;
+    device.lse = a.lse;
+    device.out_a_stride_token = a.out_a_stride_token;
+    device.out_a_stride_head = a.out_a_stride_head;
+    device.out_b_stride_token = a.out_b_stride_token;
+    device.out_b_stride_head = a.out_b_stride_head;
+    device.out_stride_token = a.out_stride_token;
+    device.out_stride_head = a.out_stride_head;
+    device.lse_a_stride_token = a.lse_a_stride_token;
+    device.lse_b_stride_token = a.lse_b_stride_token;
+    device.lse_stride_token = a.lse_stride_token;
+    device.num_tokens = a.num_tokens;
+    device.num_heads = a.num_heads;
+    device.head_dim = a.head_dim;
+    if (a.device == FJ_DEVICE_CPU) {
+      flexjit::cpu::merge_states(device, a.dtype == FJ_DTYPE_BF16,
+                                 flexjit::cpu::ThreadPool::shared());
+      return std::nullopt;
+    }
+    flexjit::CompiledKernelPtr kernel;
+    if (auto f = flexjit::device_kernel(
+            *context,
+            a.dtype == FJ_DTYPE_BF16
+                ? +[](const std::string& arch) { return flexjit::merge_states_spec(true, arch); }
+                : +[](const std::string& arch) { return flexjit::merge_states_spec(false, arch); },
+            kernel)) {
+      return f;
+    }
+    return flexjit::launch(*kernel, static_cast<unsigned>(blocks), 1, 1, fj::kMergeStatesThreads, 0,
+                           stream, &device);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,169 @@
+#include "check/cpu_check.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "check/check_support.h"
+#include "check/reference.h"
+#include "cpu/cpu_attention.h"
+#include "launch/handles.h"
+
+namespace flexjit {
+
+namespace {
+
+// Host memory for one launch argument, 64-byte aligned (the C API wants 16).
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(const void* data, size_t bytes) : HostBuffer(bytes, 0) {
+    if (bytes > 0) std::memcpy(memory_.get(), data, bytes);
+  }
+  HostBuffer(size_t bytes, unsigned char fill)
+      : memory_(static_cast<unsigned char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64))) {
+    if (!memory_) throw std::bad_alloc();
+    std::memset(memory_.get(), fill, bytes);
+  }
+  void* get() const { return memory_.get(); }
+
+ private:
+  struct Free {
+    void operator()(unsigned char* p) const { std::free(p); }
+  };
+  std::unique_ptr<unsigned char, Free> memory_;
+};
+
+template <class T>
+HostBuffer copy_of(const std::vector<T>& values) {
+  return HostBuffer(values.data(), values.size() * sizeof(T));
+}
+
+}  // namespace
+
+Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* program,
+                                        const PagedCheckConfig& config, const PagedInputs& inputs) {
+  const HostPagedBatch& batch = inputs.batch;
+  std::vector<fj_define> defines;
+  fj_kernel_desc desc = kernel_desc(config, defines);
+  const std::string arch(cpu::kArch);
+  desc.arch = arch.c_str();
+  fj_kernel* kernel = nullptr;
+  if (fj_kernel_create(context, program, &desc, &kernel) != FJ_SUCCESS) {
+    return Error{fj_context_last_error(context)};
+  }
+  std::unique_ptr<fj_kernel, decltype(&fj_kernel_destroy)> kernel_owner(kernel, fj_kernel_destroy);
+  CpuLaunchOutputs outputs;
+  const char* name = nullptr;
+  fj_kernel_name(kernel, &name);
+  outputs.kernel_name = name;
+
+  const int64_t rows = int64_t{batch.num_tokens()} * batch.num_heads;
+  const HostBuffer q = copy_of(inputs.q_bits), k = copy_of(inputs.k_bits),
+                   v = copy_of(inputs.v_bits), qsl = copy_of(batch.query_start_loc),
+                   seq_lens = copy_of(batch.seq_lens), table = copy_of(batch.block_table);
+  const HostBuffer out(rows * batch.head_dim * 2, 0xff), lse(rows * sizeof(float), 0xff);
+  std::vector<HostBuffer> array_buffers;
+  std::vector<fj_array> arrays;
+  for (const HostArray& array : batch.arrays) {
+    array_buffers.push_back(copy_of(array.bits));
+    arrays.push_back({array.bits.empty() ? nullptr : array_buffers.back().get(), array.rows,
+                      array.cols, array.cols});
+  }
+  fj_paged_attention_args paged =
+      paged_args(batch, inputs, q.get(), out.get(), k.get(), v.get(), lse.get(), qsl.get(),
+                 seq_lens.get(), table.get(), arrays);
+  paged.bad_index = config.check_bounds ? outputs.bad_index : nullptr;
+  // The encoder call: K/V rows are the reference's one-token blocks (make_paged_inputs).
+  fj_varlen_attention_args varlen = varlen_args(paged, batch);
+
+  const auto launch = [&] {
+    return config.contiguous ? fj_varlen_attention(kernel, &varlen, nullptr)
+                             : fj_paged_attention(kernel, &paged, nullptr);
+  };
+  if (launch() != FJ_SUCCESS) return Error{fj_context_last_error(context)};
+  outputs.out_bits.resize(rows * batch.head_dim);
+  outputs.lse.resize(rows);
+  std::memcpy(outputs.out_bits.data(), out.get(), outputs.out_bits.size() * 2);
+  std::memcpy(outputs.lse.data(), lse.get(), outputs.lse.size() * sizeof(float));
+  if (config.timing_iterations > 0) {
+    paged.bad_index = varlen.bad_index = nullptr;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < config.timing_iterations; ++i) {
+      if (launch() != FJ_SUCCESS) return Error{fj_context_last_error(context)};
+    }
+    const std::chrono::duration<double, std::milli> elapsed =
+        std::chrono::steady_clock::now() - start;
+    outputs.ms = elapsed.count() / config.timing_iterations;
+  }
+  return outputs;
+}
+
+Result<PagedCheckReport> run_cpu_paged_check(fj_context* context, const fj_program* program,
+                                             const PagedCheckConfig& config_in) {
+  PagedCheckConfig config = config_in;
+  VariantSelection selection;
+  selection.name = config.mask;
+  selection.score = config.score;
+  selection.defines = config.defines;
+  auto variant = program_variant(*program, selection);
+  if (!variant) return variant.error();
+  if (config.arrays.empty() && !program->arrays.empty()) {
+    int max_seq_len = 0;
+    for (size_t r = 0; r < config.query_lens.size() && r < config.context_lens.size(); ++r)
+      max_seq_len = std::max(max_seq_len, config.query_lens[r] + config.context_lens[r]);
+    config.arrays = random_arrays(program->arrays, static_cast<int>(config.query_lens.size()),
+                                  config.num_heads, max_seq_len, config.seed);
+  }
+  auto inputs = make_paged_inputs(config);
+  if (!inputs) return inputs.error();
+  auto outputs = run_cpu_launch(context, program, config, *inputs);
+  if (!outputs) return outputs.error();
+  PagedCheckReport report;
+  report.kernel_name = outputs->kernel_name;
+  report.num_tokens = inputs->batch.num_tokens();
+  report.kernel_ms = outputs->ms;
+  std::copy(std::begin(outputs->bad_index), std::end(outputs->bad_index), report.bad_index);
+  const ReferenceOutput reference = reference_paged_attention(*variant, inputs->batch);
+  report.visible_pairs = reference.visible_pairs;
+  compare_paged_outputs(config, inputs->batch, reference, outputs->out_bits, outputs->lse, report);
+  return report;
+}
+
+OutputDifference output_difference(fj_dtype dtype, const std::vector<uint16_t>& a_bits,
+                                   const std::vector<float>& a_lse,
+                                   const std::vector<uint16_t>& b_bits,
+                                   const std::vector<float>& b_lse) {
+  OutputDifference result;
+  double diff_sq = 0.0, norm_sq = 0.0;
+  for (size_t i = 0; i < std::min(a_bits.size(), b_bits.size()); ++i) {
+    const double a = from_bits(a_bits[i], dtype);
+    const double b = from_bits(b_bits[i], dtype);
+    if (!std::isfinite(a) || !std::isfinite(b)) {
+      result.mismatched_non_finite += std::isfinite(a) != std::isfinite(b);
+      continue;
+    }
+    diff_sq += (a - b) * (a - b);
+    norm_sq += b * b;
+    result.max_abs = std::max(result.max_abs, std::abs(a - b));
+  }
+  for (size_t i = 0; i < std::min(a_lse.size(), b_lse.size()); ++i) {
+    if (std::isfinite(a_lse[i]) != std::isfinite(b_lse[i])) {
+      result.mismatched_non_finite += a_lse[i] != b_lse[i];
+      continue;
+    }
+    if (std::isfinite(a_lse[i])) {
+      result.lse_max_abs =
+          std::max(result.lse_max_abs, std::abs(double{a_lse[i]} - double{b_lse[i]}));
+    }
+  }
+  result.relative = norm_sq > 0.0 ? std::sqrt(diff_sq / norm_sq) : std::sqrt(diff_sq);
+  return result;
+}
+
+}  // namespace flexjit
