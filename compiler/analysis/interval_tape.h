@@ -6,7 +6,7 @@
 // function of its node's kind and operand type directly (what ir::apply_operation picks), so
 // every value is bit for bit the one a walk computes. Values that the analysis takes over
 // other key intervals get tapes of their own, as the generated classify() and kv_range() hooks
-// give them lambdas (emit_cuda.cpp): the right operand of each || that narrows it
+// give them lambdas (codegen/cuda/emit_cuda.cpp): the right operand of each || that narrows it
 // (evaluated over the keys its left operand leaves), and in each kv plan the condition of each
 // atom (evaluated over the keys outside the atom's solution by fj::kvr::verified). The plans'
 // other expressions (guards, the sides and steps of atoms) have tapes too.
@@ -55,7 +55,7 @@ class IntervalProgram {
   fj::kvr::Bound kv_bound(const TileBox& box) const;
 
   // The program's parts are public, read only, for the LLVM host code generator
-  // (compiler/codegen/), which compiles the same tapes to native code: it must run exactly
+  // (compiler/codegen/llvm/), which compiles the same tapes to native code: it must run exactly
   // what run() and evaluate_plan() run.
 
   // One per node kind and operand type (the choice ir::apply_operation makes per node), plus

@@ -11,7 +11,7 @@
 #include <unordered_set>
 
 #include "flexjit/compiler/mask.h"
-#include "kv_range_plan.h"
+#include "analysis/kv_range_plan.h"
 
 namespace flexjit {
 
