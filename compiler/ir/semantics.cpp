@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <type_traits>
 
 namespace flexjit::ir {
 
@@ -24,82 +26,54 @@ void check_operands(ExprKind kind, std::span<const Type> operand_types, size_t o
 
 }  // namespace
 
+namespace {
+
+// A host function's result as the value of an expression of type `type`: a comparison's bool
+// as a Bool, an int32 as an Int, a float as a Float.
+template <class Result>
+Value value_of(Type type, Result result) {
+  switch (type) {
+    case Type::Bool:
+      return Value::of_bool(result != 0);
+    case Type::Int:
+      return Value::of_int(static_cast<int32_t>(result));
+    case Type::Float:
+      break;
+  }
+  return Value::of_float(static_cast<float>(result));
+}
+
+// One row's host function on the operands' Int (and Bool) or Float members.
+template <int Arity, class IntFunction, class FloatFunction>
+Value apply_row(Type result, bool is_float, std::span<const Value> operands, IntFunction int_fn,
+                FloatFunction float_fn) {
+  if constexpr (Arity == 1) {
+    return is_float ? value_of(result, float_fn(operands[0].f))
+                    : value_of(result, int_fn(operands[0].i));
+  } else {  // Arity 2 (Select, the one of 3, is applied before)
+    return is_float ? value_of(result, float_fn(operands[0].f, operands[1].f))
+                    : value_of(result, int_fn(operands[0].i, operands[1].i));
+  }
+}
+
+}  // namespace
+
 Value apply_operation(ExprKind kind, std::span<const Type> operand_types,
                       std::span<const Value> operands) {
   check_operands(kind, operand_types, operands.size());
+  // Select's condition is a Bool, its branches give the value.
+  if (kind == ExprKind::Select) return operands[0].i != 0 ? operands[1] : operands[2];
+  const Type result = *result_type(kind, operand_types);
   const bool is_float = operand_types[0] == Type::Float;
-  const Value a = operands[0];
-  const Value b = operands.size() > 1 ? operands[1] : Value{};
   switch (kind) {
-    case ExprKind::Add:
-      return is_float ? Value::of_float(fj::fadd(a.f, b.f)) : Value::of_int(fj::wrap_add(a.i, b.i));
-    case ExprKind::Sub:
-      return is_float ? Value::of_float(fj::fsub(a.f, b.f)) : Value::of_int(fj::wrap_sub(a.i, b.i));
-    case ExprKind::Mul:
-      return is_float ? Value::of_float(fj::fmul(a.f, b.f)) : Value::of_int(fj::wrap_mul(a.i, b.i));
-    case ExprKind::Div:
-      return is_float ? Value::of_float(fj::fdiv(a.f, b.f)) : Value::of_int(fj::floordiv(a.i, b.i));
-    case ExprKind::Mod:
-      return is_float ? Value::of_float(fj::fmod_floor(a.f, b.f))
-                      : Value::of_int(fj::floormod(a.i, b.i));
-    case ExprKind::Min:
-      return is_float ? Value::of_float(fj::fmin(a.f, b.f)) : Value::of_int(fj::min(a.i, b.i));
-    case ExprKind::Max:
-      return is_float ? Value::of_float(fj::fmax(a.f, b.f)) : Value::of_int(fj::max(a.i, b.i));
-    case ExprKind::Abs:
-      return is_float ? Value::of_float(fj::fabs(a.f)) : Value::of_int(fj::wrap_abs(a.i));
-    case ExprKind::Neg:
-      return is_float ? Value::of_float(fj::fneg(a.f)) : Value::of_int(fj::wrap_neg(a.i));
-    // Bools are 0 or 1 in `i`, so they compare as ints.
-    case ExprKind::EQ:
-      return Value::of_bool(is_float ? a.f == b.f : a.i == b.i);
-    case ExprKind::NE:
-      return Value::of_bool(is_float ? a.f != b.f : a.i != b.i);
-    case ExprKind::LT:
-      return Value::of_bool(is_float ? a.f < b.f : a.i < b.i);
-    case ExprKind::LE:
-      return Value::of_bool(is_float ? a.f <= b.f : a.i <= b.i);
-    case ExprKind::GT:
-      return Value::of_bool(is_float ? a.f > b.f : a.i > b.i);
-    case ExprKind::GE:
-      return Value::of_bool(is_float ? a.f >= b.f : a.i >= b.i);
-    case ExprKind::And:
-      return Value::of_bool(a.i != 0 && b.i != 0);
-    case ExprKind::Or:
-      return Value::of_bool(a.i != 0 || b.i != 0);
-    case ExprKind::Not:
-      return Value::of_bool(a.i == 0);
-    case ExprKind::Select:
-      return a.i != 0 ? operands[1] : operands[2];
-    case ExprKind::ToInt:
-      return Value::of_int(is_float ? fj::float_to_int(a.f) : a.i);
-    case ExprKind::ToFloat:
-      return Value::of_float(operand_types[0] == Type::Bool ? (a.i != 0 ? 1.0f : 0.0f)
-                                                            : fj::int_to_float(a.i));
-    case ExprKind::Tanh:
-      return Value::of_float(fj::ftanh(a.f));
-    case ExprKind::Exp:
-      return Value::of_float(fj::fexp(a.f));
-    case ExprKind::Exp2:
-      return Value::of_float(fj::fexp2(a.f));
-    case ExprKind::Log:
-      return Value::of_float(fj::flog(a.f));
-    case ExprKind::Log2:
-      return Value::of_float(fj::flog2(a.f));
-    case ExprKind::Sqrt:
-      return Value::of_float(fj::fsqrt(a.f));
-    case ExprKind::Sigmoid:
-      return Value::of_float(fj::fsigmoid(a.f));
-    case ExprKind::Floor:
-      return Value::of_float(fj::ffloor(a.f));
-    case ExprKind::Ceil:
-      return Value::of_float(fj::fceil(a.f));
-    case ExprKind::Load:
-    case ExprKind::IntImm:
-    case ExprKind::FloatImm:
-    case ExprKind::BoolImm:
-    case ExprKind::Var:
-    case ExprKind::Param:
+#define FJ_APPLY_SCALAR(C, node, arity, typing, syntax, spelling, source, emit, int_fn, float_fn, \
+                        ...)                                                                      \
+  case ExprKind::node:                                                                            \
+    return apply_row<arity>(result, is_float, operands, FJ_OPERATION_FUNCTION(int_fn),            \
+                            FJ_OPERATION_FUNCTION(float_fn));
+    FJ_FOR_EACH_OPERATION(FJ_APPLY_SCALAR, _)
+#undef FJ_APPLY_SCALAR
+    default:
       break;
   }
   not_an_operation(kind);
@@ -119,85 +93,55 @@ IntervalValue of_floats(fj::FloatInterval floats) {
   return value;
 }
 
+// An interval function's result: Int (and Bool) intervals or Float ones.
+template <class Result>
+IntervalValue interval_of(Result result) {
+  if constexpr (std::is_same_v<Result, fj::FloatInterval>) {
+    return of_floats(result);
+  } else if constexpr (std::is_same_v<Result, fj::Interval>) {
+    return of_ints(result);
+  } else {
+    static_assert(std::is_same_v<Result, int32_t>);  // ops::Undefined, never called
+    return {};
+  }
+}
+
+// One row's interval function on the operands' Int (and Bool) or Float intervals.
+template <int Arity, class IntFunction, class FloatFunction>
+IntervalValue apply_row(bool is_float, std::span<const IntervalValue> operands, IntFunction int_fn,
+                        FloatFunction float_fn) {
+  if constexpr (Arity == 1) {
+    return is_float ? interval_of(float_fn(operands[0].floats))
+                    : interval_of(int_fn(operands[0].ints));
+  } else if constexpr (Arity == 2) {
+    return is_float ? interval_of(float_fn(operands[0].floats, operands[1].floats))
+                    : interval_of(int_fn(operands[0].ints, operands[1].ints));
+  } else {
+    // Select: the condition's ints, then the branches of their type.
+    return is_float
+               ? interval_of(float_fn(operands[0].ints, operands[1].floats, operands[2].floats))
+               : interval_of(int_fn(operands[0].ints, operands[1].ints, operands[2].ints));
+  }
+}
+
 }  // namespace
 
 IntervalValue apply_operation(ExprKind kind, std::span<const Type> operand_types,
                               std::span<const IntervalValue> operands) {
   check_operands(kind, operand_types, operands.size());
-  const bool is_float = operand_types[0] == Type::Float;
-  const fj::Interval a = operands[0].ints;
-  const fj::Interval b = operands.size() > 1 ? operands[1].ints : a;
-  const fj::FloatInterval fa = operands[0].floats;
-  const fj::FloatInterval fb = operands.size() > 1 ? operands[1].floats : fa;
+  // The type that picks the function: the first operand's, except for Select, where it is
+  // the branches'. A Bool's {0, 1} interval is an Int one (int(b) copies it, float(b)
+  // converts it as one).
+  const bool is_float = operand_types[kind == ExprKind::Select ? 1 : 0] == Type::Float;
   switch (kind) {
-    case ExprKind::Add:
-      return is_float ? of_floats(fj::fival::add(fa, fb)) : of_ints(fj::ival::add(a, b));
-    case ExprKind::Sub:
-      return is_float ? of_floats(fj::fival::sub(fa, fb)) : of_ints(fj::ival::sub(a, b));
-    case ExprKind::Mul:
-      return is_float ? of_floats(fj::fival::mul(fa, fb)) : of_ints(fj::ival::mul(a, b));
-    case ExprKind::Div:
-      return is_float ? of_floats(fj::fival::div(fa, fb)) : of_ints(fj::ival::div(a, b));
-    case ExprKind::Mod:
-      return is_float ? of_floats(fj::fival::mod(fa, fb)) : of_ints(fj::ival::mod(a, b));
-    case ExprKind::Min:
-      return is_float ? of_floats(fj::fival::min(fa, fb)) : of_ints(fj::ival::min(a, b));
-    case ExprKind::Max:
-      return is_float ? of_floats(fj::fival::max(fa, fb)) : of_ints(fj::ival::max(a, b));
-    case ExprKind::Abs:
-      return is_float ? of_floats(fj::fival::abs(fa)) : of_ints(fj::ival::abs(a));
-    case ExprKind::Neg:
-      return is_float ? of_floats(fj::fival::neg(fa)) : of_ints(fj::ival::neg(a));
-    case ExprKind::EQ:
-      return of_ints(is_float ? fj::fival::eq(fa, fb) : fj::ival::eq(a, b));
-    case ExprKind::NE:
-      return of_ints(is_float ? fj::fival::ne(fa, fb) : fj::ival::ne(a, b));
-    case ExprKind::LT:
-      return of_ints(is_float ? fj::fival::lt(fa, fb) : fj::ival::lt(a, b));
-    case ExprKind::LE:
-      return of_ints(is_float ? fj::fival::le(fa, fb) : fj::ival::le(a, b));
-    case ExprKind::GT:
-      return of_ints(is_float ? fj::fival::gt(fa, fb) : fj::ival::gt(a, b));
-    case ExprKind::GE:
-      return of_ints(is_float ? fj::fival::ge(fa, fb) : fj::ival::ge(a, b));
-    case ExprKind::And:
-      return of_ints(fj::ival::logical_and(a, b));
-    case ExprKind::Or:
-      return of_ints(fj::ival::logical_or(a, b));
-    case ExprKind::Not:
-      return of_ints(fj::ival::logical_not(a));
-    case ExprKind::Select:
-      return operand_types[1] == Type::Float
-                 ? of_floats(fj::fival::select(a, operands[1].floats, operands[2].floats))
-                 : of_ints(fj::ival::select(a, operands[1].ints, operands[2].ints));
-    case ExprKind::ToInt:
-      return of_ints(is_float ? fj::fival::to_int(fa) : a);  // a Bool's {0, 1} is already an int
-    case ExprKind::ToFloat:
-      return of_floats(fj::fival::from_int(a));  // a Bool converts as the int 0 or 1
-    case ExprKind::Tanh:
-      return of_floats(fj::fival::tanh(fa));
-    case ExprKind::Exp:
-      return of_floats(fj::fival::exp(fa));
-    case ExprKind::Exp2:
-      return of_floats(fj::fival::exp2(fa));
-    case ExprKind::Log:
-      return of_floats(fj::fival::log(fa));
-    case ExprKind::Log2:
-      return of_floats(fj::fival::log2(fa));
-    case ExprKind::Sqrt:
-      return of_floats(fj::fival::sqrt(fa));
-    case ExprKind::Sigmoid:
-      return of_floats(fj::fival::sigmoid(fa));
-    case ExprKind::Floor:
-      return of_floats(fj::fival::floor(fa));
-    case ExprKind::Ceil:
-      return of_floats(fj::fival::ceil(fa));
-    case ExprKind::Load:
-    case ExprKind::IntImm:
-    case ExprKind::FloatImm:
-    case ExprKind::BoolImm:
-    case ExprKind::Var:
-    case ExprKind::Param:
+#define FJ_APPLY_INTERVAL(C, node, arity, typing, syntax, spelling, source, emit, int_fn, \
+                          float_fn, ival_fn, fival_fn)                                    \
+  case ExprKind::node:                                                                    \
+    return apply_row<arity>(is_float, operands, FJ_OPERATION_FUNCTION(ival_fn),           \
+                            FJ_OPERATION_FUNCTION(fival_fn));
+    FJ_FOR_EACH_OPERATION(FJ_APPLY_INTERVAL, _)
+#undef FJ_APPLY_INTERVAL
+    default:
       break;
   }
   not_an_operation(kind);
