@@ -19,6 +19,7 @@
 
 #include "flexjit/dsl/constant.h"
 #include "flexjit/dsl/frontend.h"
+#include "flexjit/dsl/operations.h"
 
 namespace flexjit::dsl {
 namespace {
@@ -40,24 +41,34 @@ struct FunctionInfo {
   Signature signature;
 };
 
-constexpr std::array<FunctionInfo, 16> kFunctions = {{
-    {Function::Min, 2, Signature::Common},
-    {Function::Max, 2, Signature::Common},
-    {Function::Abs, 1, Signature::Same},
+// The checker's signature of an operation's typing rule (operations.h).
+constexpr Signature signature_of(ops::Typing typing) {
+  switch (typing) {
+    case ops::Typing::Numeric:
+      return Signature::Same;
+    case ops::Typing::Math:
+      return Signature::Math;
+    case ops::Typing::ToInt:
+    case ops::Typing::ToFloat:
+      return Signature::Convert;
+    case ops::Typing::Select:
+      return Signature::Select;
+    default:
+      return Signature::Common;
+  }
+}
+
+// The functions that are operations, from their rows, then those lowering writes with others.
+// clang-format off
+constexpr FunctionInfo kFunctions[] = {
+#define FJ_FUNCTION_INFO(name, node, arity, typing, ...) \
+  {Function::name, arity, signature_of(ops::Typing::typing)},
+    FJ_FOR_EACH_SOURCE(CALL, FJ_FUNCTION_INFO)
+#undef FJ_FUNCTION_INFO
     {Function::Clamp, 3, Signature::Common},
     {Function::Where, 3, Signature::Select},
-    {Function::Tanh, 1, Signature::Math},
-    {Function::Exp, 1, Signature::Math},
-    {Function::Exp2, 1, Signature::Math},
-    {Function::Log, 1, Signature::Math},
-    {Function::Log2, 1, Signature::Math},
-    {Function::Sqrt, 1, Signature::Math},
-    {Function::Sigmoid, 1, Signature::Math},
-    {Function::Floor, 1, Signature::Math},
-    {Function::Ceil, 1, Signature::Math},
-    {Function::Int, 1, Signature::Convert},
-    {Function::Float, 1, Signature::Convert},
-}};
+};
+// clang-format on
 
 constexpr std::array<Builtin, 5> kBuiltins = {Builtin::B, Builtin::H, Builtin::Q, Builtin::KV,
                                               Builtin::Score};
