@@ -27,10 +27,11 @@ const char* type_name(Type type);
 // spellings and meaning. Adding a leaf is one line here plus its struct below; adding an
 // operation is one row there plus its struct below.
 #define FJ_EXPR_KIND_OF_OPERATION(X, node, ...) X(node)
-#define FJ_FOR_EACH_EXPR(X)                      \
-  X(IntImm)                                      \
-  X(FloatImm) X(BoolImm) X(Var) X(Param) X(Load) \
-      FJ_FOR_EACH_OPERATION(FJ_EXPR_KIND_OF_OPERATION, X)
+// clang-format off
+#define FJ_FOR_EACH_EXPR(X)                                \
+  X(IntImm) X(FloatImm) X(BoolImm) X(Var) X(Param) X(Load) \
+  FJ_FOR_EACH_OPERATION(FJ_EXPR_KIND_OF_OPERATION, X)
+// clang-format on
 
 enum class ExprKind : uint8_t {
 #define FJ_DECLARE_KIND(node) node,
