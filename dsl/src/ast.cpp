@@ -1,5 +1,7 @@
 #include "flexjit/dsl/ast.h"
 
+#include "flexjit/dsl/operations.h"
+
 namespace flexjit::dsl {
 
 const char* type_name(Type type) {
@@ -16,45 +18,25 @@ const char* type_name(Type type) {
   return "<error>";
 }
 
+// The spellings of operators and functions that are operations come from their rows of
+// FJ_FOR_EACH_OPERATION (flexjit/dsl/operations.h).
+#define FJ_SPELLING_CASE(Enum, name, spelling) \
+  case Enum::name:                             \
+    return spelling;
+#define FJ_UNARY_SPELLING(name, node, arity, typing, syntax, spelling, ...) \
+  FJ_SPELLING_CASE(UnaryOp, name, spelling)
+#define FJ_BINARY_SPELLING(name, node, arity, typing, syntax, spelling, ...) \
+  FJ_SPELLING_CASE(BinaryOp, name, spelling)
+#define FJ_FUNCTION_SPELLING(name, node, arity, typing, syntax, spelling, ...) \
+  FJ_SPELLING_CASE(Function, name, spelling)
+
 const char* op_spelling(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg:
-      return "-";
-    case UnaryOp::Not:
-      return "!";
-  }
+  switch (op) { FJ_FOR_EACH_SOURCE(UNARY, FJ_UNARY_SPELLING) }
   return "?";
 }
 
 const char* op_spelling(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add:
-      return "+";
-    case BinaryOp::Sub:
-      return "-";
-    case BinaryOp::Mul:
-      return "*";
-    case BinaryOp::Div:
-      return "/";
-    case BinaryOp::Mod:
-      return "%";
-    case BinaryOp::Lt:
-      return "<";
-    case BinaryOp::Le:
-      return "<=";
-    case BinaryOp::Gt:
-      return ">";
-    case BinaryOp::Ge:
-      return ">=";
-    case BinaryOp::Eq:
-      return "==";
-    case BinaryOp::Ne:
-      return "!=";
-    case BinaryOp::And:
-      return "&&";
-    case BinaryOp::Or:
-      return "||";
-  }
+  switch (op) { FJ_FOR_EACH_SOURCE(BINARY, FJ_BINARY_SPELLING) }
   return "?";
 }
 
@@ -76,41 +58,20 @@ const char* builtin_name(Builtin builtin) {
 
 const char* function_name(Function function) {
   switch (function) {
-    case Function::Min:
-      return "min";
-    case Function::Max:
-      return "max";
-    case Function::Abs:
-      return "abs";
+    FJ_FOR_EACH_SOURCE(CALL, FJ_FUNCTION_SPELLING)
+    // Functions that lowering writes with other operations.
     case Function::Clamp:
       return "clamp";
     case Function::Where:
       return "where";
-    case Function::Tanh:
-      return "tanh";
-    case Function::Exp:
-      return "exp";
-    case Function::Exp2:
-      return "exp2";
-    case Function::Log:
-      return "log";
-    case Function::Log2:
-      return "log2";
-    case Function::Sqrt:
-      return "sqrt";
-    case Function::Sigmoid:
-      return "sigmoid";
-    case Function::Floor:
-      return "floor";
-    case Function::Ceil:
-      return "ceil";
-    case Function::Int:
-      return "int";
-    case Function::Float:
-      return "float";
   }
   return "?";
 }
+
+#undef FJ_SPELLING_CASE
+#undef FJ_UNARY_SPELLING
+#undef FJ_BINARY_SPELLING
+#undef FJ_FUNCTION_SPELLING
 
 const char* decl_kind_name(DeclKind kind) {
   switch (kind) {

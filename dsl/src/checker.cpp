@@ -17,13 +17,14 @@
 
 #include <fmt/format.h>
 
+#include "flexjit/dsl/constant.h"
 #include "flexjit/dsl/frontend.h"
+#include "flexjit/dsl/operations.h"
 
 namespace flexjit::dsl {
 namespace {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-constexpr int32_t kMinInt = std::numeric_limits<int32_t>::min();
 
 // The operand types a builtin function accepts and the type it returns (DESIGN.md §2).
 enum class Signature : uint8_t {
@@ -40,24 +41,34 @@ struct FunctionInfo {
   Signature signature;
 };
 
-constexpr std::array<FunctionInfo, 16> kFunctions = {{
-    {Function::Min, 2, Signature::Common},
-    {Function::Max, 2, Signature::Common},
-    {Function::Abs, 1, Signature::Same},
+// The checker's signature of an operation's typing rule (operations.h).
+constexpr Signature signature_of(ops::Typing typing) {
+  switch (typing) {
+    case ops::Typing::Numeric:
+      return Signature::Same;
+    case ops::Typing::Math:
+      return Signature::Math;
+    case ops::Typing::ToInt:
+    case ops::Typing::ToFloat:
+      return Signature::Convert;
+    case ops::Typing::Select:
+      return Signature::Select;
+    default:
+      return Signature::Common;
+  }
+}
+
+// The functions that are operations, from their rows, then those lowering writes with others.
+// clang-format off
+constexpr FunctionInfo kFunctions[] = {
+#define FJ_FUNCTION_INFO(name, node, arity, typing, ...) \
+  {Function::name, arity, signature_of(ops::Typing::typing)},
+    FJ_FOR_EACH_SOURCE(CALL, FJ_FUNCTION_INFO)
+#undef FJ_FUNCTION_INFO
     {Function::Clamp, 3, Signature::Common},
     {Function::Where, 3, Signature::Select},
-    {Function::Tanh, 1, Signature::Math},
-    {Function::Exp, 1, Signature::Math},
-    {Function::Exp2, 1, Signature::Math},
-    {Function::Log, 1, Signature::Math},
-    {Function::Log2, 1, Signature::Math},
-    {Function::Sqrt, 1, Signature::Math},
-    {Function::Sigmoid, 1, Signature::Math},
-    {Function::Floor, 1, Signature::Math},
-    {Function::Ceil, 1, Signature::Math},
-    {Function::Int, 1, Signature::Convert},
-    {Function::Float, 1, Signature::Convert},
-}};
+};
+// clang-format on
 
 constexpr std::array<Builtin, 5> kBuiltins = {Builtin::B, Builtin::H, Builtin::Q, Builtin::KV,
                                               Builtin::Score};
@@ -109,21 +120,9 @@ std::string what_is(const Decl& decl) {
   return "a declaration";
 }
 
-// A value the checker computes at compile time, with the language's exact semantics: int32
-// wraps, `/` and `%` on ints floor, x / 0 == x % 0 == 0, float is float32.
-struct Value {
-  Type type = Type::Error;
-  int32_t i = 0;  // Int, and Bool (0 or 1)
-  float f = 0.0f;
-
-  static Value of_int(int32_t v) { return {Type::Int, v, 0.0f}; }
-  static Value of_bool(bool v) { return {Type::Bool, v ? 1 : 0, 0.0f}; }
-  static Value of_float(float v) { return {Type::Float, 0, v}; }
-
-  // The value promoted to `to` (int -> float rounds to nearest; other pairs are unchanged).
-  float as_float() const { return type == Type::Float ? f : static_cast<float>(i); }
-  bool is_zero() const { return type == Type::Float ? f == 0.0f : i == 0; }
-};
+// A value the checker computes at compile time, with the language's exact semantics
+// (constant.h: the functions of templates/fj_ops.cuh).
+using Value = Constant;
 
 // What the checker knows about an expression's value.
 struct Folded {
@@ -146,141 +145,15 @@ Folded::State combine(Folded::State a, Folded::State b) {
   return static_cast<Folded::State>(std::max(static_cast<int>(a), static_cast<int>(b)));
 }
 
+// An int literal truncated to int32 (only 2147483648, as `-2147483648`, needs it).
 int32_t wrap(int64_t v) {
   return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));
-}
-
-int32_t floor_div(int32_t a, int32_t b) {
-  if (b == 0) return 0;
-  if (a == kMinInt && b == -1) return kMinInt;
-  int32_t quotient = a / b;
-  if (a % b != 0 && (a < 0) != (b < 0)) --quotient;
-  return quotient;
-}
-
-int32_t floor_mod(int32_t a, int32_t b) {
-  if (b == 0 || (a == kMinInt && b == -1)) return 0;
-  int32_t remainder = a % b;
-  if (remainder != 0 && (remainder < 0) != (b < 0)) remainder += b;
-  return remainder;
-}
-
-// Python's float modulo: the result has the divisor's sign.
-float float_mod(float a, float b) {
-  if (b == 0.0f) return 0.0f;
-  float remainder = std::fmod(a, b);
-  if (remainder != 0.0f) {
-    if ((remainder < 0.0f) != (b < 0.0f)) remainder += b;
-  } else {
-    remainder = std::copysign(0.0f, b);
-  }
-  return remainder;
-}
-
-// int(x) of a float: toward zero, NaN -> 0, saturating at the int32 limits.
-int32_t float_to_int(float v) {
-  if (std::isnan(v)) return 0;
-  if (v >= 2147483648.0f) return std::numeric_limits<int32_t>::max();
-  if (v <= -2147483648.0f) return kMinInt;
-  return static_cast<int32_t>(v);
-}
-
-Value fold_unary(UnaryOp op, Value a) {
-  if (op == UnaryOp::Not) return Value::of_bool(!a.i);
-  if (a.type == Type::Float) return Value::of_float(-a.f);
-  return Value::of_int(wrap(-static_cast<int64_t>(a.i)));
-}
-
-Value fold_binary(BinaryOp op, Value a, Value b) {
-  bool floats = a.type == Type::Float || b.type == Type::Float;
-  float x = a.as_float();
-  float y = b.as_float();
-  switch (op) {
-    case BinaryOp::Add:
-      return floats ? Value::of_float(x + y) : Value::of_int(wrap(int64_t{a.i} + b.i));
-    case BinaryOp::Sub:
-      return floats ? Value::of_float(x - y) : Value::of_int(wrap(int64_t{a.i} - b.i));
-    case BinaryOp::Mul:
-      return floats ? Value::of_float(x * y) : Value::of_int(wrap(int64_t{a.i} * b.i));
-    case BinaryOp::Div:
-      return floats ? Value::of_float(y == 0.0f ? 0.0f : x / y)
-                    : Value::of_int(floor_div(a.i, b.i));
-    case BinaryOp::Mod:
-      return floats ? Value::of_float(float_mod(x, y)) : Value::of_int(floor_mod(a.i, b.i));
-    case BinaryOp::Lt:
-      return Value::of_bool(floats ? x < y : a.i < b.i);
-    case BinaryOp::Le:
-      return Value::of_bool(floats ? x <= y : a.i <= b.i);
-    case BinaryOp::Gt:
-      return Value::of_bool(floats ? x > y : a.i > b.i);
-    case BinaryOp::Ge:
-      return Value::of_bool(floats ? x >= y : a.i >= b.i);
-    case BinaryOp::Eq:
-      return Value::of_bool(floats ? x == y : a.i == b.i);
-    case BinaryOp::Ne:
-      return Value::of_bool(floats ? x != y : a.i != b.i);
-    case BinaryOp::And:
-      return Value::of_bool(a.i && b.i);
-    case BinaryOp::Or:
-      return Value::of_bool(a.i || b.i);
-  }
-  return {};
 }
 
 // `v` as type `to` (int to float; a value already of that type is unchanged).
 Value promote(Value v, Type to) {
   if (to == Type::Float && v.type != Type::Float) return Value::of_float(v.as_float());
   return v;
-}
-
-Value fold_min_max(bool is_min, Value a, Value b) {
-  if (a.type == Type::Float || b.type == Type::Float) {
-    return Value::of_float(is_min ? std::fmin(a.as_float(), b.as_float())
-                                  : std::fmax(a.as_float(), b.as_float()));
-  }
-  return Value::of_int(is_min ? std::min(a.i, b.i) : std::max(a.i, b.i));
-}
-
-Value fold_function(Function function, const std::vector<Value>& args) {
-  auto math = [&](float (*f)(float)) { return Value::of_float(f(args[0].as_float())); };
-  switch (function) {
-    case Function::Min:
-      return fold_min_max(true, args[0], args[1]);
-    case Function::Max:
-      return fold_min_max(false, args[0], args[1]);
-    case Function::Abs:
-      if (args[0].type == Type::Float) return Value::of_float(std::fabs(args[0].f));
-      return Value::of_int(args[0].i < 0 ? wrap(-static_cast<int64_t>(args[0].i)) : args[0].i);
-    case Function::Clamp:
-      return fold_min_max(true, fold_min_max(false, args[0], args[1]), args[2]);
-    case Function::Where: {
-      Type type = *common_type(args[1].type, args[2].type);
-      return promote(args[0].i ? args[1] : args[2], type);
-    }
-    case Function::Tanh:
-      return math([](float v) { return std::tanh(v); });
-    case Function::Exp:
-      return math([](float v) { return std::exp(v); });
-    case Function::Exp2:
-      return math([](float v) { return std::exp2(v); });
-    case Function::Log:
-      return math([](float v) { return std::log(v); });
-    case Function::Log2:
-      return math([](float v) { return std::log2(v); });
-    case Function::Sqrt:
-      return math([](float v) { return std::sqrt(v); });
-    case Function::Sigmoid:
-      return math([](float v) { return 1.0f / (1.0f + std::exp(-v)); });
-    case Function::Floor:
-      return math([](float v) { return std::floor(v); });
-    case Function::Ceil:
-      return math([](float v) { return std::ceil(v); });
-    case Function::Int:
-      return Value::of_int(args[0].type == Type::Float ? float_to_int(args[0].f) : args[0].i);
-    case Function::Float:
-      return Value::of_float(args[0].as_float());
-  }
-  return {};
 }
 
 // Longest cycle path printed in full; longer ones keep their ends (a chain of thousands of

@@ -1,4 +1,4 @@
-// HostCode::classify and HostCode::kv_range compiled by LLVM (compiler/codegen/
+// HostCode::classify and HostCode::kv_range compiled by LLVM (compiler/codegen/llvm/
 // native_analysis.cpp) against MaskAnalysis, which interprets the same interval program: the
 // same tile classes and kv ranges, exactly, for the standard masks and variants and for random
 // masks, over random tiles near 0 and the int32 ends, negative queries, and parameters whose
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "../../compiler/src/analysis.h"
+#include "../../compiler/analysis/analysis.h"
 #include "flexjit/compiler/host_code.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/dsl/frontend.h"

@@ -1,4 +1,4 @@
-// The compiled interval analysis (compiler/src/interval_tape.h) against a walk over the IR: the
+// The compiled interval analysis (compiler/analysis/interval_tape.h) against a walk over the IR: the
 // same IntervalValue for random expressions of every type, the same tile classes and kv ranges
 // for random masks and the standard ones, bit for bit, over random tiles and parameters (arrays
 // with their summaries, through HostParams).
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "../../compiler/src/analysis.h"
+#include "../../compiler/analysis/analysis.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/dsl/frontend.h"
 #include "random_ir.h"

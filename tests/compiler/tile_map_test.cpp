@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../../tools/cli/settings.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/tile_map.h"
 #include "flexjit/dsl/frontend.h"

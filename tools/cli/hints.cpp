@@ -17,6 +17,7 @@
 
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/tile_map.h"
+#include "settings.h"
 
 namespace flexjit::cli {
 namespace {

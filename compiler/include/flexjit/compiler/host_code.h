@@ -1,5 +1,5 @@
 // A variant's element functions (mask and score) and its mask's analyses (tile classes, kv
-// ranges) as host code: native code compiled by LLVM (ORC LLJIT, compiler/codegen/) when
+// ranges) as host code: native code compiled by LLVM (ORC LLJIT, compiler/codegen/llvm/) when
 // flexjit is built with LLVM, otherwise the IR evaluator and MaskAnalysis behind the same
 // interface. The CPU attention backend and the host tools that
 // evaluate masks element by element (brute-force exactness, BlockMask from visible pairs) call
@@ -12,9 +12,9 @@
 // fused multiply-add, the same library functions for tanh, exp, exp2, log, log2 and sigmoid.
 // Results are bit-identical to the evaluator's, a NaN's payload aside.
 //
-// Builds without LLVM headers: the LLVM implementation lives in compiler/codegen/. The
+// Builds without LLVM headers: the LLVM implementation lives in compiler/codegen/llvm/. The
 // compile definition FLEXJIT_WITH_LLVM (1 or 0, set for every target that links
-// flexjit_codegen) says which implementation make_host_code prefers.
+// flexjit_codegen_llvm) says which implementation make_host_code prefers.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "flexjit/dsl/operations.h"
+
 namespace flexjit::ir {
 
 // Value types: Bool, Int (int32, wrapping) and Float (IEEE float32, the device's rounding).
@@ -20,44 +22,16 @@ enum class Type : uint8_t { Bool, Int, Float };
 
 const char* type_name(Type type);
 
-// Every node kind, written once; adding a node is one line here plus its struct below.
-#define FJ_FOR_EACH_EXPR(X) \
-  X(IntImm)                 \
-  X(FloatImm)               \
-  X(BoolImm)                \
-  X(Var)                    \
-  X(Param)                  \
-  X(Load)                   \
-  X(Add)                    \
-  X(Sub)                    \
-  X(Mul)                    \
-  X(Div)                    \
-  X(Mod)                    \
-  X(Min)                    \
-  X(Max)                    \
-  X(Abs)                    \
-  X(Neg)                    \
-  X(EQ)                     \
-  X(NE)                     \
-  X(LT)                     \
-  X(LE)                     \
-  X(GT)                     \
-  X(GE)                     \
-  X(And)                    \
-  X(Or)                     \
-  X(Not)                    \
-  X(Select)                 \
-  X(ToInt)                  \
-  X(ToFloat)                \
-  X(Tanh)                   \
-  X(Exp)                    \
-  X(Exp2)                   \
-  X(Log)                    \
-  X(Log2)                   \
-  X(Sqrt)                   \
-  X(Sigmoid)                \
-  X(Floor)                  \
-  X(Ceil)
+// Every node kind, written once: the leaves and Load here, the operations as the rows of
+// FJ_FOR_EACH_OPERATION (flexjit/dsl/operations.h), which also give their arity, typing,
+// spellings and meaning. Adding a leaf is one line here plus its struct below; adding an
+// operation is one row there plus its struct below.
+#define FJ_EXPR_KIND_OF_OPERATION(X, node, ...) X(node)
+// clang-format off
+#define FJ_FOR_EACH_EXPR(X)                                \
+  X(IntImm) X(FloatImm) X(BoolImm) X(Var) X(Param) X(Load) \
+  FJ_FOR_EACH_OPERATION(FJ_EXPR_KIND_OF_OPERATION, X)
+// clang-format on
 
 enum class ExprKind : uint8_t {
 #define FJ_DECLARE_KIND(node) node,
@@ -214,98 +188,151 @@ struct BinaryNode : ExprNode {
   Expr a, b;
 };
 
-// How the printer writes a node: `a + b`, `min(a, b)`, `-a`.
-enum class Syntax : uint8_t { Infix, Call, Prefix };
+// How the printer writes a node: `a + b`, `min(a, b)`, `-a` (the table's column).
+using Syntax = ops::Syntax;
 
-#define FJ_DECLARE_UNARY(node, syntax, spelling)         \
-  struct node final : UnaryNode {                        \
-    static constexpr ExprKind kKind = ExprKind::node;    \
-    static constexpr Syntax kSyntax = Syntax::syntax;    \
-    static constexpr const char* kSpelling = spelling;   \
-    explicit node(Type type) : UnaryNode(kKind, type) {} \
-    static Expr make(Expr a);                            \
+// The operand count of every node kind: the table's arity for operations, 2 for a Load (row,
+// col), 0 for a leaf.
+constexpr int operand_count(ExprKind kind) {
+  switch (kind) {
+#define FJ_OPERATION_ARITY(C, node, arity, ...) \
+  case ExprKind::node:                          \
+    return arity;
+    FJ_FOR_EACH_OPERATION(FJ_OPERATION_ARITY, _)
+#undef FJ_OPERATION_ARITY
+    case ExprKind::Load:
+      return 2;
+    default:
+      return 0;
   }
-#define FJ_DECLARE_BINARY(node, syntax, spelling)         \
-  struct node final : BinaryNode {                        \
-    static constexpr ExprKind kKind = ExprKind::node;     \
-    static constexpr Syntax kSyntax = Syntax::syntax;     \
-    static constexpr const char* kSpelling = spelling;    \
-    explicit node(Type type) : BinaryNode(kKind, type) {} \
-    static Expr make(Expr a, Expr b);                     \
+}
+
+// An operation's row in the table: its typing, how it prints, its spelling.
+constexpr ops::Typing operation_typing(ExprKind kind) {
+  switch (kind) {
+#define FJ_OPERATION_TYPING(C, node, arity, typing, ...) \
+  case ExprKind::node:                                   \
+    return ops::Typing::typing;
+    FJ_FOR_EACH_OPERATION(FJ_OPERATION_TYPING, _)
+#undef FJ_OPERATION_TYPING
+    default:
+      return ops::Typing::Arithmetic;  // leaves and Load have no row
   }
+}
+constexpr Syntax operation_syntax(ExprKind kind) {
+  switch (kind) {
+#define FJ_OPERATION_SYNTAX(C, node, arity, typing, syntax, ...) \
+  case ExprKind::node:                                           \
+    return Syntax::syntax;
+    FJ_FOR_EACH_OPERATION(FJ_OPERATION_SYNTAX, _)
+#undef FJ_OPERATION_SYNTAX
+    default:
+      return Syntax::Infix;  // leaves, Load: not calls
+  }
+}
+constexpr const char* operation_spelling(ExprKind kind) {
+  switch (kind) {
+#define FJ_OPERATION_SPELLING(C, node, arity, typing, syntax, spelling, ...) \
+  case ExprKind::node:                                                       \
+    return spelling;
+    FJ_FOR_EACH_OPERATION(FJ_OPERATION_SPELLING, _)
+#undef FJ_OPERATION_SPELLING
+    default:
+      return "";
+  }
+}
+
+#define FJ_DECLARE_UNARY(node)                                          \
+  struct node final : UnaryNode {                                       \
+    static constexpr ExprKind kKind = ExprKind::node;                   \
+    static constexpr Syntax kSyntax = operation_syntax(kKind);          \
+    static constexpr const char* kSpelling = operation_spelling(kKind); \
+    explicit node(Type type) : UnaryNode(kKind, type) {}                \
+    static Expr make(Expr a);                                           \
+  };                                                                    \
+  static_assert(operand_count(ExprKind::node) == 1)
+#define FJ_DECLARE_BINARY(node)                                         \
+  struct node final : BinaryNode {                                      \
+    static constexpr ExprKind kKind = ExprKind::node;                   \
+    static constexpr Syntax kSyntax = operation_syntax(kKind);          \
+    static constexpr const char* kSpelling = operation_spelling(kKind); \
+    explicit node(Type type) : BinaryNode(kKind, type) {}               \
+    static Expr make(Expr a, Expr b);                                   \
+  };                                                                    \
+  static_assert(operand_count(ExprKind::node) == 2)
 
 // Arithmetic takes two operands of one numeric type (lowering inserts ToFloat for mixed
 // Int/Float) and has that type. On Float it is IEEE float32 arithmetic with round to
 // nearest, except where a comment says otherwise.
 
 // `Add`: a + b; Int wraps.
-FJ_DECLARE_BINARY(Add, Infix, "+");
+FJ_DECLARE_BINARY(Add);
 // `Sub`: a - b; Int wraps.
-FJ_DECLARE_BINARY(Sub, Infix, "-");
+FJ_DECLARE_BINARY(Sub);
 // `Mul`: a * b; Int wraps (the low 32 bits of the product).
-FJ_DECLARE_BINARY(Mul, Infix, "*");
+FJ_DECLARE_BINARY(Mul);
 // `Div`: Int: floor division like Python's `//` (rounds toward negative infinity),
 // INT_MIN / -1 == INT_MIN. Float: a / b. Both: a / 0 == 0 (0.0 for Float, whatever a is).
-FJ_DECLARE_BINARY(Div, Infix, "/");
+FJ_DECLARE_BINARY(Div);
 // `Mod`: floor modulo like Python's `%`: the result has the divisor's sign and
 // a == (a / b) * b + a % b; Float: a - floor(a / b) * b computed as Python's math does
 // (fmod, then moved into the divisor's sign). Both: a % 0 == 0.
-FJ_DECLARE_BINARY(Mod, Infix, "%");
+FJ_DECLARE_BINARY(Mod);
 // `Min`: the smaller operand (Float: if either is NaN, the other, like fminf).
-FJ_DECLARE_BINARY(Min, Call, "min");
+FJ_DECLARE_BINARY(Min);
 // `Max`: the larger operand (Float: if either is NaN, the other, like fmaxf).
-FJ_DECLARE_BINARY(Max, Call, "max");
+FJ_DECLARE_BINARY(Max);
 // `Abs`: |a|; Int wraps: abs(INT_MIN) == INT_MIN.
-FJ_DECLARE_UNARY(Abs, Call, "abs");
+FJ_DECLARE_UNARY(Abs);
 // `Neg`: -a; Int wraps: -INT_MIN == INT_MIN.
-FJ_DECLARE_UNARY(Neg, Prefix, "-");
+FJ_DECLARE_UNARY(Neg);
 // Comparisons take two operands of one type and give Bool. Ints compare signed; Floats by
 // IEEE rules (any comparison with NaN is false, except != which is true).
 // `EQ`: a == b, on Ints, Floats or Bools.
-FJ_DECLARE_BINARY(EQ, Infix, "==");
+FJ_DECLARE_BINARY(EQ);
 // `NE`: a != b, on Ints, Floats or Bools.
-FJ_DECLARE_BINARY(NE, Infix, "!=");
+FJ_DECLARE_BINARY(NE);
 // `LT`: a < b on Ints or Floats.
-FJ_DECLARE_BINARY(LT, Infix, "<");
+FJ_DECLARE_BINARY(LT);
 // `LE`: a <= b on Ints or Floats.
-FJ_DECLARE_BINARY(LE, Infix, "<=");
+FJ_DECLARE_BINARY(LE);
 // `GT`: a > b on Ints or Floats.
-FJ_DECLARE_BINARY(GT, Infix, ">");
+FJ_DECLARE_BINARY(GT);
 // `GE`: a >= b on Ints or Floats.
-FJ_DECLARE_BINARY(GE, Infix, ">=");
+FJ_DECLARE_BINARY(GE);
 // `And`: logical and of two Bools. Both sides are pure, so evaluation order is irrelevant.
-FJ_DECLARE_BINARY(And, Infix, "&&");
+FJ_DECLARE_BINARY(And);
 // `Or`: logical or of two Bools.
-FJ_DECLARE_BINARY(Or, Infix, "||");
+FJ_DECLARE_BINARY(Or);
 // `Not`: logical negation of a Bool.
-FJ_DECLARE_UNARY(Not, Prefix, "!");
+FJ_DECLARE_UNARY(Not);
 // `ToInt`: `int(a)`. From Bool: 0 or 1. From Float: truncation toward zero like Python's
 // int(); NaN gives 0 and values beyond the int32 range saturate to INT_MIN / INT_MAX.
 // From Int: not built (lowering drops the conversion).
-FJ_DECLARE_UNARY(ToInt, Call, "int");
+FJ_DECLARE_UNARY(ToInt);
 // `ToFloat`: `float(a)`. From Int: the nearest float32 (ties to even). From Bool: 0.0 or 1.0.
-FJ_DECLARE_UNARY(ToFloat, Call, "float");
+FJ_DECLARE_UNARY(ToFloat);
 // Float -> Float functions, with the accuracy of the CUDA math library on the device and of
 // the C library on the host (within a few ulp of each other; the IR never relies on them
 // being bit-identical).
 // `Tanh`: hyperbolic tangent.
-FJ_DECLARE_UNARY(Tanh, Call, "tanh");
+FJ_DECLARE_UNARY(Tanh);
 // `Exp`: e^a.
-FJ_DECLARE_UNARY(Exp, Call, "exp");
+FJ_DECLARE_UNARY(Exp);
 // `Exp2`: 2^a.
-FJ_DECLARE_UNARY(Exp2, Call, "exp2");
+FJ_DECLARE_UNARY(Exp2);
 // `Log`: natural logarithm; log(0) == -inf, log of a negative number is NaN.
-FJ_DECLARE_UNARY(Log, Call, "log");
+FJ_DECLARE_UNARY(Log);
 // `Log2`: base-2 logarithm, same edge cases as Log.
-FJ_DECLARE_UNARY(Log2, Call, "log2");
+FJ_DECLARE_UNARY(Log2);
 // `Sqrt`: square root; NaN for negative numbers.
-FJ_DECLARE_UNARY(Sqrt, Call, "sqrt");
+FJ_DECLARE_UNARY(Sqrt);
 // `Sigmoid`: 1 / (1 + e^-a).
-FJ_DECLARE_UNARY(Sigmoid, Call, "sigmoid");
+FJ_DECLARE_UNARY(Sigmoid);
 // `Floor`: the largest integral float <= a (stays Float, like torch.floor).
-FJ_DECLARE_UNARY(Floor, Call, "floor");
+FJ_DECLARE_UNARY(Floor);
 // `Ceil`: the smallest integral float >= a (stays Float).
-FJ_DECLARE_UNARY(Ceil, Call, "ceil");
+FJ_DECLARE_UNARY(Ceil);
 
 #undef FJ_DECLARE_UNARY
 #undef FJ_DECLARE_BINARY
@@ -318,6 +345,7 @@ struct Select final : ExprNode {
   Expr condition, true_value, false_value;
   static Expr make(Expr condition, Expr true_value, Expr false_value);
 };
+static_assert(operand_count(ExprKind::Select) == 3);
 
 // The node of operation `kind` over `operands` (for code that picks the kind at run time).
 // Requires operand_count(kind) > 0 and result_type(kind, operand types) to have a value.
@@ -326,9 +354,9 @@ Expr make_operation(ExprKind kind, std::span<const Expr> operands);
 // ---------------------------------------------------------------------------------------------
 // Walking the IR
 
-// Operands of a node in order: none for a leaf, `a` for a unary node, `a, b` for a binary
-// one, `row, col` for a Load, `condition, true_value, false_value` for a Select.
-int operand_count(ExprKind kind);
+// Operands of a node in order (operand_count() above): none for a leaf, `a` for a unary node,
+// `a, b` for a binary one, `row, col` for a Load, `condition, true_value, false_value` for a
+// Select.
 // Requires 0 <= index < operand_count(e.kind()).
 const Expr& operand(const Expr& e, int index);
 

@@ -134,7 +134,7 @@ class MaskAnalysis {
   KvRange kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
                    const fj::MaskParams* params) const;
 
-  // The precomputed plans and their interval program (compiler/src/analysis.h), for the LLVM
+  // The precomputed plans and their interval program (compiler/analysis/analysis.h), for the LLVM
   // host code generator, which compiles that program.
   const std::shared_ptr<const MaskPlans>& plans() const { return plans_; }
 

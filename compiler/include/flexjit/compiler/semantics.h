@@ -23,7 +23,9 @@ struct Value {
 };
 
 // The abstract value of an expression over a box of inputs: `ints` for Bool and Int
-// expressions (Bool as {0, 1}), `floats` for Float ones.
+// expressions (Bool as {0, 1}), `floats` for Float ones. The host's one interval value: the
+// analysis here and the frames of the compiled interval program (analysis/interval_tape.h) use
+// it; the other part is everything here, unwritten in a frame.
 struct IntervalValue {
   fj::Interval ints = fj::Interval::everything();
   fj::FloatInterval floats = fj::FloatInterval::everything();

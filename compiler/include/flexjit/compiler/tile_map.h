@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include "fj_ops.cuh"
@@ -140,27 +139,5 @@ BlockMask export_block_mask(const TileMap& map);
 // The BlockMask built element-wise from visible pairs (count_visible_pairs), the way
 // create_block_mask does: Full when every pair of the whole (unclipped) block is visible.
 BlockMask block_mask_from_visible(const TileShape& shape, std::span<const int64_t> visible);
-
-// ---------------------------------------------------------------------------------------------
-// Array values from text
-
-// The most values parse_array_values accepts for one array (256 MiB of int32).
-inline constexpr int64_t kMaxArrayValues = int64_t{1} << 26;
-
-// An array parameter's host value from text (`flexjit hints --set NAME=TEXT`). TEXT lists values
-// separated by `,` (spaces around them ignored); `V*N` stands for N copies of V (N >= 0); `;`
-// separates the rows of a 2-D array. Values are int literals (`-1`, `4096`) for an `int` array
-// and finite float literals (`0.5`, `2e-3`, `1`) for a `float` one.
-//  - 1-D array: the list is the whole array (`prefix_len=100,200`: requests 0 and 1), except
-//    that a single value fills every index up to the one request `b` (dimension `b`) or head
-//    `h` (dimension `h`) reads, so `prefix_len=100` serves request b.
-//  - 2-D array: `;`-separated rows of one length are the whole array; a single row fills every
-//    row up to the one `b` or `h` reads (by the first dimension's name), so
-//    `doc=0*1000,1*3000` is the document ids of request b (and of every request before it).
-// Fails with a message naming the parameter on an empty list or item, a value that is not a
-// literal of the element type, a malformed or negative repeat count, rows of different lengths,
-// rows for a 1-D array, or more than kMaxArrayValues values.
-Result<HostArray> parse_array_values(const RuntimeParam& param, std::string_view text, int32_t b,
-                                     int32_t h);
 
 }  // namespace flexjit

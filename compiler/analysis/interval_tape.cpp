@@ -2,7 +2,9 @@
 #include "interval_tape.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
+#include <new>
 
 namespace flexjit {
 
@@ -160,7 +162,7 @@ class IntervalProgram::Compiler {
 
   // Places leaf `e` (not kv) in the frame.
   void leaf(const ir::Expr& e, Node& node) {
-    const auto constant = [&](Slot value) {
+    const auto constant = [&](ir::IntervalValue value) {
       node.slot = kConstants + static_cast<uint32_t>(program_.constants_.size());
       program_.constants_.push_back(value);
     };
@@ -427,7 +429,7 @@ IntervalProgram::IntervalProgram(const ir::Expr& root, const KvPlan& kv,
 
 template <class F>
 auto IntervalProgram::with_frame(const TileBox& box, F&& f) const {
-  const auto evaluate = [&](Slot* frame) {
+  const auto evaluate = [&](ir::IntervalValue* frame) {
     frame[kB].ints = fj::Interval::point(box.tile.b);
     frame[kH].ints = fj::Interval::point(box.tile.h);
     frame[kQ].ints = box.q;
@@ -435,7 +437,7 @@ auto IntervalProgram::with_frame(const TileBox& box, F&& f) const {
       frame[kConstants + i] = constants_[i];
     for (const ScalarParam& param : params_) {
       const int32_t bits = box.params.scalar[param.param];
-      Slot& leaf = frame[param.slot];
+      ir::IntervalValue& leaf = frame[param.slot];
       switch (param.type) {
         case ir::Type::Bool:
           leaf.ints = fj::Interval::boolean(bits != 0);
@@ -454,18 +456,20 @@ auto IntervalProgram::with_frame(const TileBox& box, F&& f) const {
   // buffer, grown once.
   constexpr uint32_t kStackSlots = 256;
   if (frame_size_ <= kStackSlots) {
-    Slot stack[kStackSlots];
-    return evaluate(stack);
+    // Storage of bytes, not an array of IntervalValue (whose members have defaults): an
+    // aggregate's objects begin to live in it as the program writes them.
+    alignas(ir::IntervalValue) std::byte stack[kStackSlots * sizeof(ir::IntervalValue)];
+    return evaluate(std::launder(reinterpret_cast<ir::IntervalValue*>(stack)));
   }
-  thread_local std::vector<Slot> buffer;
+  thread_local std::vector<ir::IntervalValue> buffer;
   if (buffer.size() < frame_size_) buffer.resize(frame_size_);
   return evaluate(buffer.data());
 }
 
 ir::IntervalValue IntervalProgram::value(const TileBox& box) const {
-  return with_frame(box, [&](Slot* frame) {
+  return with_frame(box, [&](ir::IntervalValue* frame) {
     run(root_, box, box.kv, frame);
-    const Slot& value = frame[root_.result];
+    const ir::IntervalValue& value = frame[root_.result];
     ir::IntervalValue result;
     if (root_is_float_) {
       result.floats = value.floats;
@@ -477,12 +481,13 @@ ir::IntervalValue IntervalProgram::value(const TileBox& box) const {
 }
 
 fj::kvr::Bound IntervalProgram::kv_bound(const TileBox& box) const {
-  return with_frame(
-      box, [&](Slot* frame) { return evaluate_plan(plans_[kv_plan_], box, box.kv, frame); });
+  return with_frame(box, [&](ir::IntervalValue* frame) {
+    return evaluate_plan(plans_[kv_plan_], box, box.kv, frame);
+  });
 }
 
 void IntervalProgram::run(const Tape& tape, const TileBox& box, fj::Interval kv,
-                          Slot* frame) const {
+                          ir::IntervalValue* frame) const {
   if (tape.kv != kNone) frame[tape.kv].ints = kv;
   const Instruction* const end = code_.data() + tape.begin + tape.size;
   for (const Instruction* instruction = code_.data() + tape.begin; instruction != end;
@@ -492,7 +497,7 @@ void IntervalProgram::run(const Tape& tape, const TileBox& box, fj::Interval kv,
     const auto b = [&] { return frame[op.b].ints; };
     const auto fa = [&] { return frame[op.a].floats; };
     const auto fb = [&] { return frame[op.b].floats; };
-    Slot& out = frame[op.out];
+    ir::IntervalValue& out = frame[op.out];
     switch (op.opcode) {
       case Opcode::LoadInt:
         out.ints = fj::ival::load_int(box.params.array[op.c], a(), b());
@@ -655,14 +660,14 @@ void IntervalProgram::run(const Tape& tape, const TileBox& box, fj::Interval kv,
 }
 
 fj::Interval IntervalProgram::ints(const Tape& tape, const TileBox& box, fj::Interval kv,
-                                   Slot* frame) const {
+                                   ir::IntervalValue* frame) const {
   if (tape.size != 0 || tape.kv != kNone) run(tape, box, kv, frame);
   return frame[tape.result].ints;
 }
 
 fj::kvr::Bound IntervalProgram::evaluate_plan(const Plan& plan, const TileBox& box, fj::Interval kv,
-                                              Slot* frame) const {
-  Slot* const stack = frame + plan.stack;
+                                              ir::IntervalValue* frame) const {
+  ir::IntervalValue* const stack = frame + plan.stack;
   uint32_t depth = 0;
   const auto bound_at = [&](uint32_t i) {
     return fj::kvr::Bound{stack[i].ints.lo, stack[i].ints.hi};

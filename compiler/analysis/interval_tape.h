@@ -6,7 +6,7 @@
 // function of its node's kind and operand type directly (what ir::apply_operation picks), so
 // every value is bit for bit the one a walk computes. Values that the analysis takes over
 // other key intervals get tapes of their own, as the generated classify() and kv_range() hooks
-// give them lambdas (emit_cuda.cpp): the right operand of each || that narrows it
+// give them lambdas (codegen/cuda/emit_cuda.cpp): the right operand of each || that narrows it
 // (evaluated over the keys its left operand leaves), and in each kv plan the condition of each
 // atom (evaluated over the keys outside the atom's solution by fj::kvr::verified). The plans'
 // other expressions (guards, the sides and steps of atoms) have tapes too.
@@ -55,7 +55,7 @@ class IntervalProgram {
   fj::kvr::Bound kv_bound(const TileBox& box) const;
 
   // The program's parts are public, read only, for the LLVM host code generator
-  // (compiler/codegen/), which compiles the same tapes to native code: it must run exactly
+  // (compiler/codegen/llvm/), which compiles the same tapes to native code: it must run exactly
   // what run() and evaluate_plan() run.
 
   // One per node kind and operand type (the choice ir::apply_operation makes per node), plus
@@ -113,13 +113,9 @@ class IntervalProgram {
     Ceil,
   };
 
-  // A node's value: `ints` for a Bool or an Int, `floats` for a Float, the other part unused
-  // (ir::IntervalValue sets it to everything). No default values, so that a frame of them
-  // costs nothing to create.
-  struct Slot {
-    fj::Interval ints;
-    fj::FloatInterval floats;
-  };
+  // A node's value in the frame is an ir::IntervalValue: `ints` for a Bool or an Int, `floats`
+  // for a Float. A frame is raw storage (with_frame), so only the part of the node's type is
+  // ever written: creating a frame costs nothing.
 
   // Writes the value of one node to frame[out]; a, b, c are the places of its operands in
   // the frame (or what the opcode says).
@@ -176,7 +172,7 @@ class IntervalProgram {
     Tape right;
   };
 
-  const std::vector<Slot>& constants() const { return constants_; }
+  const std::vector<ir::IntervalValue>& constants() const { return constants_; }
   const std::vector<ScalarParam>& params() const { return params_; }
   const std::vector<Instruction>& code() const { return code_; }
   const std::vector<Narrowing>& narrowings() const { return narrowings_; }
@@ -196,12 +192,13 @@ class IntervalProgram {
 
   // The tapes run over the box's b, h, q and params, and over keys `kv`: the box's for the
   // evaluation itself, others inside narrowed operands and verified conditions.
-  void run(const Tape& tape, const TileBox& box, fj::Interval kv, Slot* frame) const;
-  fj::Interval ints(const Tape& tape, const TileBox& box, fj::Interval kv, Slot* frame) const;
+  void run(const Tape& tape, const TileBox& box, fj::Interval kv, ir::IntervalValue* frame) const;
+  fj::Interval ints(const Tape& tape, const TileBox& box, fj::Interval kv,
+                    ir::IntervalValue* frame) const;
   fj::kvr::Bound evaluate_plan(const Plan& plan, const TileBox& box, fj::Interval kv,
-                               Slot* frame) const;
+                               ir::IntervalValue* frame) const;
 
-  std::vector<Slot> constants_;
+  std::vector<ir::IntervalValue> constants_;
   std::vector<ScalarParam> params_;
   std::vector<Instruction> code_;  // every tape's instructions, tape after tape
   std::vector<Narrowing> narrowings_;

@@ -42,7 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "analysis.h"
+#include "analysis/analysis.h"
 #include "native_analysis.h"
 
 // The functions generated code calls, around the very fj_ops.cuh functions that the evaluator

@@ -10,15 +10,15 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "analysis/kv_range_plan.h"
 #include "flexjit/compiler/mask.h"
-#include "kv_range_plan.h"
 
 namespace flexjit {
 
 namespace {
 
-// How one operation is written: a call `fj::wrap_add(a, b)` or an operator `(a < b)` on
-// values, and the fj::ival / fj::fival function on intervals.
+// How one operation is written (its row of FJ_FOR_EACH_OPERATION): a call `fj::wrap_add(a, b)`
+// or an operator `(a < b)` on values, and the fj::ival / fj::fival function on intervals.
 struct Spelling {
   const char* scalar;
   bool scalar_is_operator;
@@ -26,86 +26,22 @@ struct Spelling {
 };
 
 // `operand_type` is the type of the first operand, except for Select, where it is the type of
-// the branches.
+// the branches. A Bool operand takes the Int forms (conversions of a Bool: see
+// StatementWriter::operation()).
 Spelling spelling_of(ir::ExprKind kind, ir::Type operand_type) {
   const bool is_float = operand_type == ir::Type::Float;
   switch (kind) {
-    case ir::ExprKind::Add:
-      return is_float ? Spelling{"fj::fadd", false, "fj::fival::add"}
-                      : Spelling{"fj::wrap_add", false, "fj::ival::add"};
-    case ir::ExprKind::Sub:
-      return is_float ? Spelling{"fj::fsub", false, "fj::fival::sub"}
-                      : Spelling{"fj::wrap_sub", false, "fj::ival::sub"};
-    case ir::ExprKind::Mul:
-      return is_float ? Spelling{"fj::fmul", false, "fj::fival::mul"}
-                      : Spelling{"fj::wrap_mul", false, "fj::ival::mul"};
-    case ir::ExprKind::Div:
-      return is_float ? Spelling{"fj::fdiv", false, "fj::fival::div"}
-                      : Spelling{"fj::floordiv", false, "fj::ival::div"};
-    case ir::ExprKind::Mod:
-      return is_float ? Spelling{"fj::fmod_floor", false, "fj::fival::mod"}
-                      : Spelling{"fj::floormod", false, "fj::ival::mod"};
-    case ir::ExprKind::Min:
-      return is_float ? Spelling{"fj::fmin", false, "fj::fival::min"}
-                      : Spelling{"fj::min", false, "fj::ival::min"};
-    case ir::ExprKind::Max:
-      return is_float ? Spelling{"fj::fmax", false, "fj::fival::max"}
-                      : Spelling{"fj::max", false, "fj::ival::max"};
-    case ir::ExprKind::Abs:
-      return is_float ? Spelling{"fj::fabs", false, "fj::fival::abs"}
-                      : Spelling{"fj::wrap_abs", false, "fj::ival::abs"};
-    case ir::ExprKind::Neg:
-      return is_float ? Spelling{"fj::fneg", false, "fj::fival::neg"}
-                      : Spelling{"fj::wrap_neg", false, "fj::ival::neg"};
-    case ir::ExprKind::EQ:
-      return {"==", true, is_float ? "fj::fival::eq" : "fj::ival::eq"};
-    case ir::ExprKind::NE:
-      return {"!=", true, is_float ? "fj::fival::ne" : "fj::ival::ne"};
-    case ir::ExprKind::LT:
-      return {"<", true, is_float ? "fj::fival::lt" : "fj::ival::lt"};
-    case ir::ExprKind::LE:
-      return {"<=", true, is_float ? "fj::fival::le" : "fj::ival::le"};
-    case ir::ExprKind::GT:
-      return {">", true, is_float ? "fj::fival::gt" : "fj::ival::gt"};
-    case ir::ExprKind::GE:
-      return {">=", true, is_float ? "fj::fival::ge" : "fj::ival::ge"};
-    case ir::ExprKind::And:
-      return {"&&", true, "fj::ival::logical_and"};
-    case ir::ExprKind::Or:
-      return {"||", true, "fj::ival::logical_or"};
-    case ir::ExprKind::Not:
-      return {"!", true, "fj::ival::logical_not"};
-    case ir::ExprKind::Select:
-      return {"?", true, is_float ? "fj::fival::select" : "fj::ival::select"};
-    // Conversions of a Bool: see StatementWriter::operation().
-    case ir::ExprKind::ToInt:
-      return {"fj::float_to_int", false, "fj::fival::to_int"};
-    case ir::ExprKind::ToFloat:
-      return {"fj::int_to_float", false, "fj::fival::from_int"};
-    case ir::ExprKind::Tanh:
-      return {"fj::ftanh", false, "fj::fival::tanh"};
-    case ir::ExprKind::Exp:
-      return {"fj::fexp", false, "fj::fival::exp"};
-    case ir::ExprKind::Exp2:
-      return {"fj::fexp2", false, "fj::fival::exp2"};
-    case ir::ExprKind::Log:
-      return {"fj::flog", false, "fj::fival::log"};
-    case ir::ExprKind::Log2:
-      return {"fj::flog2", false, "fj::fival::log2"};
-    case ir::ExprKind::Sqrt:
-      return {"fj::fsqrt", false, "fj::fival::sqrt"};
-    case ir::ExprKind::Sigmoid:
-      return {"fj::fsigmoid", false, "fj::fival::sigmoid"};
-    case ir::ExprKind::Floor:
-      return {"fj::ffloor", false, "fj::fival::floor"};
-    case ir::ExprKind::Ceil:
-      return {"fj::fceil", false, "fj::fival::ceil"};
-    case ir::ExprKind::Load:  // written by StatementWriter::load()
-    case ir::ExprKind::IntImm:
-    case ir::ExprKind::FloatImm:
-    case ir::ExprKind::BoolImm:
-    case ir::ExprKind::Var:
-    case ir::ExprKind::Param:
+#define FJ_SPELLING(C, node, arity, typing, syntax, spelling, source, emit, int_fn, float_fn, \
+                    ival_fn, fival_fn)                                                        \
+  case ir::ExprKind::node:                                                                    \
+    if constexpr (ops::Emit::emit == ops::Emit::Operator) {                                   \
+      return {spelling, true, is_float ? #fival_fn : #ival_fn};                               \
+    } else {                                                                                  \
+      return {is_float ? #float_fn : #int_fn, false, is_float ? #fival_fn : #ival_fn};        \
+    }
+    FJ_FOR_EACH_OPERATION(FJ_SPELLING, _)
+#undef FJ_SPELLING
+    default:  // leaves; a Load is written by StatementWriter::load()
       break;
   }
   return {"", false, ""};

@@ -1,5 +1,5 @@
-// Internal to flexjit_codegen, built only with LLVM: a mask's interval program
-// (compiler/src/interval_tape.h, what MaskAnalysis runs) compiled to native code, the tile
+// Internal to flexjit_codegen_llvm, built only with LLVM: a mask's interval program
+// (compiler/analysis/interval_tape.h, what MaskAnalysis runs) compiled to native code, the tile
 // value behind HostCode::classify and the kv bound behind HostCode::kv_range.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "interval_tape.h"
+#include "analysis/interval_tape.h"
 
 namespace flexjit {
 

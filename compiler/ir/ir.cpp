@@ -141,117 +141,42 @@ ExprKind Expr::kind() const {
 // Types
 
 std::optional<Type> result_type(ExprKind kind, std::span<const Type> operand_types) {
-  if (static_cast<int>(operand_types.size()) != operand_count(kind) || operand_types.empty()) {
+  // Leaves and Load (typed by their make()) have no operands here.
+  if (static_cast<int>(operand_types.size()) != operand_count(kind) || operand_types.empty() ||
+      kind == ExprKind::Load) {
     return std::nullopt;
   }
   const Type a = operand_types[0];
   const bool numeric = a == Type::Int || a == Type::Float;
-  switch (kind) {
-    case ExprKind::Add:
-    case ExprKind::Sub:
-    case ExprKind::Mul:
-    case ExprKind::Div:
-    case ExprKind::Mod:
-    case ExprKind::Min:
-    case ExprKind::Max:
-      if (numeric && operand_types[1] == a) return a;
+  const bool same = operand_types.size() < 2 || operand_types[1] == a;
+  switch (operation_typing(kind)) {
+    case ops::Typing::Arithmetic:
+    case ops::Typing::Numeric:
+      if (numeric && same) return a;
       return std::nullopt;
-    case ExprKind::Abs:
-    case ExprKind::Neg:
-      if (numeric) return a;
+    case ops::Typing::Equality:
+      if (same) return Type::Bool;
       return std::nullopt;
-    case ExprKind::EQ:
-    case ExprKind::NE:
-      if (a == operand_types[1]) return Type::Bool;
+    case ops::Typing::Ordering:
+      if (numeric && same) return Type::Bool;
       return std::nullopt;
-    case ExprKind::LT:
-    case ExprKind::LE:
-    case ExprKind::GT:
-    case ExprKind::GE:
-      if (numeric && operand_types[1] == a) return Type::Bool;
+    case ops::Typing::Logic:
+      if (a == Type::Bool && same) return Type::Bool;
       return std::nullopt;
-    case ExprKind::And:
-    case ExprKind::Or:
-      if (a == Type::Bool && operand_types[1] == Type::Bool) return Type::Bool;
-      return std::nullopt;
-    case ExprKind::Not:
-      if (a == Type::Bool) return Type::Bool;
-      return std::nullopt;
-    case ExprKind::Select:
+    case ops::Typing::Select:
       if (a == Type::Bool && operand_types[1] == operand_types[2]) return operand_types[1];
       return std::nullopt;
-    case ExprKind::ToInt:
+    case ops::Typing::ToInt:
       if (a == Type::Bool || a == Type::Float) return Type::Int;
       return std::nullopt;
-    case ExprKind::ToFloat:
+    case ops::Typing::ToFloat:
       if (a == Type::Bool || a == Type::Int) return Type::Float;
       return std::nullopt;
-    case ExprKind::Tanh:
-    case ExprKind::Exp:
-    case ExprKind::Exp2:
-    case ExprKind::Log:
-    case ExprKind::Log2:
-    case ExprKind::Sqrt:
-    case ExprKind::Sigmoid:
-    case ExprKind::Floor:
-    case ExprKind::Ceil:
+    case ops::Typing::Math:
       if (a == Type::Float) return Type::Float;
-      return std::nullopt;
-    case ExprKind::Load:  // typed by its array, in Load::make()
-    case ExprKind::IntImm:
-    case ExprKind::FloatImm:
-    case ExprKind::BoolImm:
-    case ExprKind::Var:
-    case ExprKind::Param:
       return std::nullopt;
   }
   return std::nullopt;
-}
-
-int operand_count(ExprKind kind) {
-  switch (kind) {
-    case ExprKind::IntImm:
-    case ExprKind::FloatImm:
-    case ExprKind::BoolImm:
-    case ExprKind::Var:
-    case ExprKind::Param:
-      return 0;
-    case ExprKind::Abs:
-    case ExprKind::Neg:
-    case ExprKind::Not:
-    case ExprKind::ToInt:
-    case ExprKind::ToFloat:
-    case ExprKind::Tanh:
-    case ExprKind::Exp:
-    case ExprKind::Exp2:
-    case ExprKind::Log:
-    case ExprKind::Log2:
-    case ExprKind::Sqrt:
-    case ExprKind::Sigmoid:
-    case ExprKind::Floor:
-    case ExprKind::Ceil:
-      return 1;
-    case ExprKind::Select:
-      return 3;
-    case ExprKind::Load:
-    case ExprKind::Add:
-    case ExprKind::Sub:
-    case ExprKind::Mul:
-    case ExprKind::Div:
-    case ExprKind::Mod:
-    case ExprKind::Min:
-    case ExprKind::Max:
-    case ExprKind::EQ:
-    case ExprKind::NE:
-    case ExprKind::LT:
-    case ExprKind::LE:
-    case ExprKind::GT:
-    case ExprKind::GE:
-    case ExprKind::And:
-    case ExprKind::Or:
-      return 2;
-  }
-  return 0;
 }
 
 const Expr& operand(const Expr& e, int index) {

@@ -343,7 +343,7 @@ class AnalysisWriter {
     store_ints(IntervalProgram::kB, point(builder_.CreateSExt(args + 1, i64_)));
     store_ints(IntervalProgram::kH, point(builder_.CreateSExt(args + 2, i64_)));
     store_ints(IntervalProgram::kQ, {args + 3, args + 4});
-    const std::vector<IntervalProgram::Slot>& constants = program_.constants();
+    const std::vector<ir::IntervalValue>& constants = program_.constants();
     for (size_t i = 0; i < constants.size(); ++i) {
       const uint32_t place = IntervalProgram::kConstants + static_cast<uint32_t>(i);
       store_ints(place, {constant(constants[i].ints.lo), constant(constants[i].ints.hi)});

@@ -29,59 +29,27 @@ std::optional<ir::Type> ir_type(dsl::Type type) {
   return std::nullopt;
 }
 
+// The IR node of a binary operator (its row of FJ_FOR_EACH_OPERATION).
 ir::ExprKind binary_kind(dsl::BinaryOp op) {
   switch (op) {
-    case dsl::BinaryOp::Add:
-      return ir::ExprKind::Add;
-    case dsl::BinaryOp::Sub:
-      return ir::ExprKind::Sub;
-    case dsl::BinaryOp::Mul:
-      return ir::ExprKind::Mul;
-    case dsl::BinaryOp::Div:
-      return ir::ExprKind::Div;
-    case dsl::BinaryOp::Mod:
-      return ir::ExprKind::Mod;
-    case dsl::BinaryOp::Lt:
-      return ir::ExprKind::LT;
-    case dsl::BinaryOp::Le:
-      return ir::ExprKind::LE;
-    case dsl::BinaryOp::Gt:
-      return ir::ExprKind::GT;
-    case dsl::BinaryOp::Ge:
-      return ir::ExprKind::GE;
-    case dsl::BinaryOp::Eq:
-      return ir::ExprKind::EQ;
-    case dsl::BinaryOp::Ne:
-      return ir::ExprKind::NE;
-    case dsl::BinaryOp::And:
-      return ir::ExprKind::And;
-    case dsl::BinaryOp::Or:
-      return ir::ExprKind::Or;
+#define FJ_BINARY_KIND(name, node, arity, typing, syntax, spelling, ...) \
+  case dsl::BinaryOp::name:                                              \
+    return ir::ExprKind::node;
+    FJ_FOR_EACH_SOURCE(BINARY, FJ_BINARY_KIND)
+#undef FJ_BINARY_KIND
   }
   return ir::ExprKind::Add;
 }
 
-// The IR node of a one-operand builtin that maps to a node of its own.
+// The IR node of a one-operand builtin that maps to a node of its own (a Math row).
 std::optional<ir::ExprKind> math_kind(dsl::Function function) {
   switch (function) {
-    case dsl::Function::Tanh:
-      return ir::ExprKind::Tanh;
-    case dsl::Function::Exp:
-      return ir::ExprKind::Exp;
-    case dsl::Function::Exp2:
-      return ir::ExprKind::Exp2;
-    case dsl::Function::Log:
-      return ir::ExprKind::Log;
-    case dsl::Function::Log2:
-      return ir::ExprKind::Log2;
-    case dsl::Function::Sqrt:
-      return ir::ExprKind::Sqrt;
-    case dsl::Function::Sigmoid:
-      return ir::ExprKind::Sigmoid;
-    case dsl::Function::Floor:
-      return ir::ExprKind::Floor;
-    case dsl::Function::Ceil:
-      return ir::ExprKind::Ceil;
+#define FJ_MATH_KIND(name, node, arity, typing, ...)                         \
+  case dsl::Function::name:                                                  \
+    if (ops::Typing::typing == ops::Typing::Math) return ir::ExprKind::node; \
+    return std::nullopt;
+    FJ_FOR_EACH_SOURCE(CALL, FJ_MATH_KIND)
+#undef FJ_MATH_KIND
     default:
       return std::nullopt;
   }

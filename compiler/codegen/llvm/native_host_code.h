@@ -1,4 +1,4 @@
-// Internal to flexjit_codegen, built only with LLVM: the LLVM host code generator behind
+// Internal to flexjit_codegen_llvm, built only with LLVM: the LLVM host code generator behind
 // make_host_code (host_code.h).
 #pragma once
 
