@@ -1,6 +1,7 @@
-// Host classification benchmark (DESIGN.md §4, §9 "mask metadata per batch"): the tile map of
-// a 128k x 128k attention matrix in 128x128 tiles for each standard mask, against building the
-// same block mask element by element (what create_block_mask does). Prints a markdown table.
+// Host classification benchmark (docs/architecture.md#tile-analysis, #targets "mask metadata per
+// batch"): the tile map of a 128k x 128k attention matrix in 128x128 tiles for each standard mask,
+// against building the same block mask element by element (what create_block_mask does). Prints a
+// markdown table.
 //
 //   flexjit_bench_classify [--quick] [--mask-file PATH] [--len N] [--tile T] [--repeats N]
 //

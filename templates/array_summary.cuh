@@ -1,6 +1,6 @@
-// Min/max summaries of position-indexed arrays (DESIGN.md §4; the layout is fj_ops.cuh's
-// "Summaries"): the device twin of build_summary (compiler/src/host_params.cpp), enqueued
-// ahead of an attention kernel whose variant reads `doc[b, kv]` and the like, so that the
+// Min/max summaries of position-indexed arrays (docs/architecture.md#tile-analysis; the layout is
+// fj_ops.cuh's "Summaries"): the device twin of build_summary (compiler/analysis/host_params.cpp),
+// enqueued ahead of an attention kernel whose variant reads `doc[b, kv]` and the like, so that the
 // kernel's tile classifier bounds a tile's reads without reading every element.
 //
 // Two launches of one kernel. The first (upper_levels == 0) has one CTA per chunk of

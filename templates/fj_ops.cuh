@@ -121,11 +121,11 @@ constexpr i32 kInt32Min = -2147483647 - 1;
 constexpr i32 kInt32Max = 2147483647;
 
 // ---------------------------------------------------------------------------------------------
-// Summaries of position-indexed arrays (DESIGN.md §4). An array with a dimension named `q` or
-// `kv` is summarised along it: each line (the elements that share the other index) gets a
-// 16-ary tree of (min, max) pairs. Level 1 holds one pair per 16 elements, level l + 1 one per
-// 16 pairs of level l, up to a level of one pair. A range query then reads at most 15 entries
-// at each end of each level, so bounding `doc[b, kv]` over a 64-key tile reads 4 pairs.
+// Summaries of position-indexed arrays (docs/architecture.md#tile-analysis). An array with a
+// dimension named `q` or `kv` is summarised along it: each line (the elements that share the other
+// index) gets a 16-ary tree of (min, max) pairs. Level 1 holds one pair per 16 elements,
+// level l + 1 one per 16 pairs of level l, up to a level of one pair. A range query then reads at most 15
+// entries at each end of each level, so bounding `doc[b, kv]` over a 64-key tile reads 4 pairs.
 //
 // Layout: line after line, each `summary_line_pairs(length)` pairs of two int32 {min, max},
 // levels 1, 2, ... in order. Values are ordering keys: an int element is its own key, a float
@@ -538,9 +538,9 @@ FJ_HD float fsigmoid(float a) {
 
 // ---------------------------------------------------------------------------------------------
 // Interval arithmetic: the set of values an expression can take when its inputs range over
-// intervals. Used to classify tiles (DESIGN.md §4), so every operation must be SOUND: the
-// result contains every value the scalar operation can produce from operands in the inputs.
-// Integers are int32 and booleans are 0 (false) and 1 (true); bounds are int64 so that the
+// intervals. Used to classify tiles (docs/architecture.md#tile-analysis), so every operation must
+// be SOUND: the result contains every value the scalar operation can produce from operands in the
+// inputs. Integers are int32 and booleans are 0 (false) and 1 (true); bounds are int64 so that the
 // exact result of an operation on int32 bounds can be formed before it is wrapped.
 
 namespace detail {
@@ -1106,11 +1106,11 @@ FJ_HD FloatInterval load_float(const ArrayParam& a, Interval row, Interval col) 
 namespace fj {
 
 // ---------------------------------------------------------------------------------------------
-// KV ranges (DESIGN.md §4): the keys that may be visible to a range of queries, derived from
-// the mask's comparisons on kv. The generated kv_range() hook and the host's kv_range() both
-// solve each comparison `f(kv) op E` for kv with these functions, then check the answer with
-// the interval analysis (kvr::verified), so a solution that 32-bit wrap-around or a gap in
-// the solver would make wrong is replaced by "every key", never trusted.
+// KV ranges (docs/architecture.md#tile-analysis): the keys that may be visible to a range of
+// queries, derived from the mask's comparisons on kv. The generated kv_range() hook and the host's
+// kv_range() both solve each comparison `f(kv) op E` for kv with these functions, then check the
+// answer with the interval analysis (kvr::verified), so a solution that 32-bit wrap-around or a gap
+// in the solver would make wrong is replaced by "every key", never trusted.
 
 // Keys [lo, hi); empty when lo >= hi.
 struct KvRange {

@@ -70,9 +70,9 @@ FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim, bool sm90a) {
              : 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
 }
 
-// Work lists of planned launches (fj_plan, DESIGN.md §5): the host planner writes them into
-// device memory, the kernels loop over them, so a launch's geometry does not depend on the
-// batch and a captured CUDA graph replays any batch that fits the plan.
+// Work lists of planned launches (fj_plan, docs/architecture.md#plans): the host planner writes
+// them into device memory, the kernels loop over them, so a launch's geometry does not depend on
+// the batch and a captured CUDA graph replays any batch that fits the plan.
 struct WorkCounts {
   i32 prefill;  // PrefillWorkItem entries in use
   i32 decode;   // DecodeWorkItem entries in use

@@ -1,7 +1,7 @@
-// KV-cache write (DESIGN.md §3): copies the keys and values of new tokens into their cache
-// slots. slot_mapping[t] = block * page_size + offset; a negative slot (vLLM's padding, -1) or
-// one past the cache is skipped, so no index writes outside the cache. A pure 16-byte copy:
-// the same kernel serves bf16 and fp16.
+// KV-cache write (docs/architecture.md#call-contract): copies the keys and values of new tokens
+// into their cache slots. slot_mapping[t] = block * page_size + offset; a negative slot (vLLM's
+// padding, -1) or one past the cache is skipped, so no index writes outside the cache. A pure
+// 16-byte copy: the same kernel serves bf16 and fp16.
 #pragma once
 
 #include "fj_ops.cuh"

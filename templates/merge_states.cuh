@@ -1,6 +1,7 @@
-// Merges two partial attentions over disjoint key sets by their log-sum-exp (DESIGN.md §5):
-// what cascade attention, split-KV and context parallelism need. For each (token, head) row,
-// with m = max(lse_a, lse_b), w_a = exp(lse_a - m), w_b = exp(lse_b - m):
+// Merges two partial attentions over disjoint key sets by their log-sum-exp
+// (docs/architecture.md#kernels): what cascade attention, split-KV and context parallelism need.
+// For each (token, head) row, with m = max(lse_a, lse_b), w_a = exp(lse_a - m),
+// w_b = exp(lse_b - m):
 //   out = (w_a out_a + w_b out_b) / (w_a + w_b),  lse = m + log(w_a + w_b).
 // A row empty on both sides (both lse -inf) gives out 0 and lse -inf, never NaN.
 #pragma once

@@ -1,6 +1,6 @@
-// Split-KV paged decode (flash-decoding, DESIGN.md §5) for queries of a few packed rows: a
-// decode step, speculative tokens, or a short chunk times the GQA group. Work items come from
-// the planner (fj_plan): kDecodeRows packed rows of one request and kv head over one split of
+// Split-KV paged decode (flash-decoding, docs/architecture.md#plans) for queries of a few packed
+// rows: a decode step, speculative tokens, or a short chunk times the GQA group. Work items come
+// from the planner (fj_plan): kDecodeRows packed rows of one request and kv head over one split of
 // the key tiles they may see. Packed rows are (token, head-in-group) pairs, so the query heads
 // that share a kv head share each K/V tile and fill the MMA's M dimension.
 //

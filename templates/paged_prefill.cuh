@@ -1,13 +1,14 @@
-// Paged prefill attention over a vLLM-style KV cache (DESIGN.md §3), for any query length:
-// a decode step is a prefill of one token. With kPageSize == 0 the same kernel serves encoders:
-// K and V packed like q (rows of request r start at query_start_loc[r]), positions 0-based. One CTA
-// of four warps computes BLOCK_M packed query rows of one request against one kv head: with GQA the
-// rows are (token, head-in-group) pairs, so the query heads that share a kv head share every K/V
-// tile the CTA loads.
+// Paged prefill attention over a vLLM-style KV cache (docs/architecture.md#call-contract), for any
+// query length: a decode step is a prefill of one token. With kPageSize == 0 the same kernel serves
+// encoders: K and V packed like q (rows of request r start at query_start_loc[r]), positions
+// 0-based. One CTA of four warps computes BLOCK_M packed query rows of one request against one kv
+// head: with GQA the rows are (token, head-in-group) pairs, so the query heads that share a kv head
+// share every K/V tile the CTA loads.
 //
-// The kernel calls only the variant's hooks (DESIGN.md §5): `kv_range` bounds the K/V tiles
-// the CTA visits, `classify` decides per visited tile whether it is skipped (Empty: never
-// loaded), computed without per-element mask (Full), or masked element by element (Partial);
+// The kernel calls only the variant's hooks (docs/architecture.md#kernel-contract): `kv_range`
+// bounds the K/V tiles the CTA visits, `classify` decides per visited tile whether it is skipped
+// (Empty: never loaded), computed without per-element mask (Full), or masked element by element
+// (Partial);
 // `score` and `mask` apply to single elements.
 //
 // Numerics: bf16/fp16 operands on tensor cores (mma.sync m16n8k16), fp32 accumulation, fp32
@@ -67,8 +68,8 @@ struct PackedRows {
   int token_begin;  // the request's first query row in q and out
   int packed_rows;  // query tokens times group
   int seq_len;      // keys of the request (its new tokens included)
-  int q_offset;     // logical position of the request's first query token (DESIGN.md §3)
-  int kv_head;
+  int q_offset;     // logical position of the request's first query token
+  (docs/architecture.md#call-contract) int kv_head;
   int row0;
   int last_row;  // the block's last row inside the request
 
@@ -539,8 +540,8 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   const i64 v_head_offset = static_cast<i64>(kv_head) * args.v_stride_head;
 
   const int kv_end = kv_end_of<kPageSize>(args, seq_len);
-  // Only the tiles of the keys the mask's kv range admits are visited (DESIGN.md §4); inside
-  // it, classify() still skips Empty tiles.
+  // Only the tiles of the keys the mask's kv range admits are visited
+  // (docs/architecture.md#tile-analysis); inside it, classify() still skips Empty tiles.
   const KvRange range =
       kv_range_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi);
   const int visible_end = min(range.hi, kv_end);

@@ -105,8 +105,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
     fence_proxy_async_shared();
   }
 
-  // Only the tiles of the keys the mask's kv range admits are visited (DESIGN.md §4); inside
-  // it, classify() drops Empty tiles from the list.
+  // Only the tiles of the keys the mask's kv range admits are visited
+  // (docs/architecture.md#tile-analysis); inside it, classify() drops Empty tiles from the list.
   const KvRange range =
       kv_range_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi);
   const int visible_end = min(range.hi, kv_end);

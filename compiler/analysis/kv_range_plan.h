@@ -1,7 +1,7 @@
-// Internal to the compiler: how a mask bounds kv (DESIGN.md §4 "KV ranges"). The plan is the
-// mask's boolean structure over the comparisons that constrain kv; the host's kv_range()
-// evaluates it and the CUDA emitter writes it out as the kv_range() hook, both through the
-// fj::kvr functions of templates/fj_ops.cuh, so the two agree.
+// Internal to the compiler: how a mask bounds kv (docs/architecture.md#tile-analysis "KV ranges").
+// The plan is the mask's boolean structure over the comparisons that constrain kv; the host's
+// kv_range() evaluates it and the CUDA emitter writes it out as the kv_range() hook, both through
+// the fj::kvr functions of templates/fj_ops.cuh, so the two agree.
 #pragma once
 
 #include <unordered_map>

@@ -26,7 +26,7 @@ namespace {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 
-// The operand types a builtin function accepts and the type it returns (DESIGN.md §2).
+// The operand types a builtin function accepts and the type it returns (docs/language.md).
 enum class Signature : uint8_t {
   Common,   // numbers -> their common type (min, max, clamp)
   Same,     // a number -> its type (abs)

@@ -1,9 +1,10 @@
-// The CPU backend (docs/cpu.md): the whole attention contract of DESIGN.md §3 computed on the
-// host, from the same argument structs the CUDA kernels take (templates/kernel_args.cuh) with
-// every pointer in host memory. Paged and contiguous (encoder) attention with LSE, merge_states
-// and the KV-cache write. Work is tiled as on the GPU: per (request, kv head, tile of packed
-// query rows), the mask's kv range bounds the keys visited, Empty tiles are skipped, Full tiles
-// skip per-element mask evaluation and Partial ones evaluate it a row at a time (HostCode).
+// The CPU backend (docs/cpu.md): the whole attention contract of docs/architecture.md#call-contract
+// computed on the host, from the same argument structs the CUDA kernels take
+// (templates/kernel_args.cuh) with every pointer in host memory. Paged and contiguous (encoder)
+// attention with LSE, merge_states and the KV-cache write. Work is tiled as on the GPU: per
+// (request, kv head, tile of packed query rows), the mask's kv range bounds the keys visited, Empty
+// tiles are skipped, Full tiles skip per-element mask evaluation and Partial ones evaluate it a row
+// at a time (HostCode).
 #pragma once
 
 #include <memory>

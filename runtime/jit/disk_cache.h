@@ -1,5 +1,5 @@
-// The disk level of the kernel cache (DESIGN.md §6): one file per kernel under the cache
-// directory, shared by every process of the user. Reads take no lock; a miss takes a per-key
+// The disk level of the kernel cache (docs/architecture.md#cache): one file per kernel under the
+// cache directory, shared by every process of the user. Reads take no lock; a miss takes a per-key
 // file lock, looks again, builds, and publishes the entry with write-to-temp, fsync, rename, so
 // a reader sees a whole entry or none. Every entry carries the format version and a checksum:
 // a truncated, corrupt or foreign file is logged and rebuilt. When the directory cannot be

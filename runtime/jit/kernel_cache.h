@@ -1,6 +1,6 @@
-// The kernel cache (DESIGN.md §6): compiled kernels in memory, backed by the disk cache shared
-// between processes; compiles each distinct kernel once with NVRTC and loads its module lazily
-// into every CUDA context that launches it.
+// The kernel cache (docs/architecture.md#cache): compiled kernels in memory, backed by the disk
+// cache shared between processes; compiles each distinct kernel once with NVRTC and loads its
+// module lazily into every CUDA context that launches it.
 #pragma once
 
 #include <cuda.h>

@@ -1,6 +1,6 @@
-// The planner of planned launches (fj_plan, DESIGN.md §5): from host copies of a batch's
-// lengths it writes the work lists the kernels read, deciding which requests take the split-KV
-// decode kernel, how many splits each gets, and the order of the prefill tiles. Pure host
+// The planner of planned launches (fj_plan, docs/architecture.md#plans): from host copies of a
+// batch's lengths it writes the work lists the kernels read, deciding which requests take the
+// split-KV decode kernel, how many splits each gets, and the order of the prefill tiles. Pure host
 // code: no device, so the CPU tests check it exactly.
 #pragma once
 

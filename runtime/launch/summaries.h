@@ -1,7 +1,8 @@
-// Min/max summaries of position-indexed array parameters on the device (DESIGN.md §4): which
-// arrays an attention launch summarises, where the summaries lie in its workspace, the kernel
-// that builds them (templates/array_summary.cuh) ahead of the attention kernel on the same
-// stream, and the workspace a kernel handle owns for callers that pass none.
+// Min/max summaries of position-indexed array parameters on the device
+// (docs/architecture.md#tile-analysis): which arrays an attention launch summarises, where the
+// summaries lie in its workspace, the kernel that builds them (templates/array_summary.cuh) ahead
+// of the attention kernel on the same stream, and the workspace a kernel handle owns for callers
+// that pass none.
 #pragma once
 
 #include <cuda.h>

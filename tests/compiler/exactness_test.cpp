@@ -1,9 +1,10 @@
-// Exactness of the block-sparsity analysis on the standard masks (DESIGN.md §4): every tile
-// that is truly all-masked or all-visible is classified Empty or Full, for causal, sliding,
-// prefix_lm, rswa, chunked and document, over prefill and decode shapes with lengths that
-// tiles do not divide, and tile sizes from 1 x 1 to 128 x 128. Document ids are monotone and
-// reach the analysis through HostParams' summaries. Alongside, kv_range must hold every
-// visible key ([exactness]) and, tagged [kv_range], be as tight as the constraints allow.
+// Exactness of the block-sparsity analysis on the standard masks
+// (docs/architecture.md#tile-analysis): every tile that is truly all-masked or all-visible is
+// classified Empty or Full, for causal, sliding, prefix_lm, rswa, chunked and document, over
+// prefill and decode shapes with lengths that tiles do not divide, and tile sizes from 1 x 1 to 128
+// x 128. Document ids are monotone and reach the analysis through HostParams' summaries. Alongside,
+// kv_range must hold every visible key ([exactness]) and, tagged [kv_range], be as tight as the
+// constraints allow.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -69,7 +70,8 @@ HostParams launch(const Variant& variant, const Setting& setting) {
   return HostParams(variant, std::move(scalars), std::move(arrays));
 }
 
-// One request: queries are the last q_len of kv_len positions (DESIGN.md §3), keys 0..kv_len-1.
+// One request: queries are the last q_len of kv_len positions (docs/architecture.md#call-contract),
+// keys 0..kv_len-1.
 struct Shape {
   int32_t q_len, kv_len;
   int32_t q_start() const { return kv_len - q_len; }

@@ -1,9 +1,9 @@
-// Soundness of the block-sparsity analysis (DESIGN.md §4) against brute force, on random masks
-// of the whole language (random_ir.h): ints, floats, selects, any/all chains, comparisons of kv
-// with linear forms in q, and reads of arrays indexed by positions, whose contents are random
-// (monotone document ids among them) and whose summaries come from HostParams. Parameters
-// take int32 extremes; tiles are small and lie near 0, at medium and negative positions and
-// near the ends of int32.
+// Soundness of the block-sparsity analysis (docs/architecture.md#tile-analysis) against brute
+// force, on random masks of the whole language (random_ir.h): ints, floats, selects, any/all
+// chains, comparisons of kv with linear forms in q, and reads of arrays indexed by positions, whose
+// contents are random (monotone document ids among them) and whose summaries come from HostParams.
+// Parameters take int32 extremes; tiles are small and lie near 0, at medium and negative positions
+// and near the ends of int32.
 //
 // - classify_tile: no Empty tile holds a visible pair, no Full tile a masked one, with the
 //   arrays' summaries and without them;

@@ -86,7 +86,8 @@ const std::vector<std::string>& standard_masks() {
 
 // Where the analysis is not exact: prefix_ranges leaves one truly full 7x13 tile of these
 // shapes Partial. Narrowing an || bounds the keys its right side is evaluated over, not the
-// queries, and this tile needs both (DESIGN.md §4 asks exactness of the other masks).
+// queries, and this tile needs both (docs/architecture.md#tile-analysis asks exactness of the other
+// masks).
 bool known_inexact(const std::string& name, const Shape& s) {
   return name == "prefix_ranges" && s.tile_q == 7;
 }

@@ -2,8 +2,8 @@
 implementation, exact visible-pair counts, block tables, FLOP and byte accounting, row
 sampling, and the result tables. No torch here: tests/python runs it with plain python3.
 
-Mask predicates take (b, h, q, kv, P): logical positions (DESIGN.md §3) and a parameter
-namespace P whose accessors work on Python ints and on torch tensors alike
+Mask predicates take (b, h, q, kv, P): logical positions (docs/architecture.md#call-contract) and a
+parameter namespace P whose accessors work on Python ints and on torch tensors alike
 (P.prefix_len(b), P.doc(b, pos), P.slope(h), P.tanh), so one definition serves PyTorch
 FlexAttention's mask_mod/score_mod, the fp32 reference and the brute-force tests.
 """
@@ -489,7 +489,7 @@ class PyParams:
 
 
 def query_positions(query_len, seq_len):
-    """Logical positions of a request's query rows (DESIGN.md §3)."""
+    """Logical positions of a request's query rows (docs/architecture.md#call-contract)."""
     return range(seq_len - query_len, seq_len)
 
 

@@ -120,7 +120,8 @@ std::vector<HostArray> random_arrays(const std::vector<RuntimeParam>& arrays, in
 // `config` the strings), so both must outlive the description.
 fj_kernel_desc kernel_desc(const PagedCheckConfig& config, std::vector<fj_define>& defines);
 
-// The tolerance DESIGN.md §9 sets for the relative error: 1e-2 for bf16, 2e-3 for fp16.
+// The tolerance docs/architecture.md#targets sets for the relative error: 1e-2 for bf16, 2e-3 for
+// fp16.
 double relative_error_tolerance(fj_dtype dtype);
 
 }  // namespace flexjit

@@ -1,7 +1,8 @@
-// Naive double-precision paged attention (DESIGN.md §3): the reference that `flexjit run`, the
-// GPU tests and the CPU backend's tests compare against. It reads the cache through the same
-// strides as the kernel and evaluates the mask and score with the variant's HostCode a row of
-// keys at a time, every key of every row: no tiling, no kv range, no tile classes.
+// Naive double-precision paged attention (docs/architecture.md#call-contract): the reference that
+// `flexjit run`, the GPU tests and the CPU backend's tests compare against. It reads the cache
+// through the same strides as the kernel and evaluates the mask and score with the variant's
+// HostCode a row of keys at a time, every key of every row: no tiling, no kv range, no tile
+// classes.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-// `flexjit hints`: the tile map of a mask for one request and head (DESIGN.md §4) as ASCII,
-// SVG or JSON, with its exactness against brute force, and FlexAttention's BlockMask tensors.
-// docs/hints.md documents the command.
+// `flexjit hints`: the tile map of a mask for one request and head
+// (docs/architecture.md#tile-analysis) as ASCII, SVG or JSON, with its exactness against brute
+// force, and FlexAttention's BlockMask tensors. docs/hints.md documents the command.
 #pragma once
 
 #include <cstdint>

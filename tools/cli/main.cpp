@@ -1,4 +1,4 @@
-// The `flexjit` command line: check, inspect and run mask files (DESIGN.md §8).
+// The `flexjit` command line: check, inspect and run mask files (docs/architecture.md#cli).
 // The library collects diagnostics and errors as values; this file alone prints them and
 // chooses exit codes (0 success, 1 an error in the input or a failed check, 2 bad usage).
 #include <fmt/format.h>

@@ -1,6 +1,6 @@
-// The CUDA variant struct of a mask and its score (DESIGN.md §5). Every IR node becomes one
-// statement that calls the fj_ops.cuh function the host evaluator and classifier call for it,
-// so the device computes exactly what the host does.
+// The CUDA variant struct of a mask and its score (docs/architecture.md#kernel-contract). Every IR
+// node becomes one statement that calls the fj_ops.cuh function the host evaluator and classifier
+// call for it, so the device computes exactly what the host does.
 #include <fmt/format.h>
 
 #include <array>
@@ -375,8 +375,8 @@ class SplitPositionDifferences : public ir::IRMutator {
   static ir::Variable variable(const ir::Expr& e) { return e.as<ir::Var>()->variable; }
 };
 
-// A hook split by what its terms read (DESIGN.md §5), so that a kernel computes each term as
-// rarely as it can:
+// A hook split by what its terms read (docs/architecture.md#kernel-contract), so that a kernel
+// computes each term as rarely as it can:
 // - request terms read only b and params: once per request (prefix_len[b], ranges[b, i]);
 // - query terms read only b, h, q: once per query row (doc[b, q], slopes[h], q / chunk);
 // - key terms read only b, kv: once per key of a tile (doc[b, kv], kv / chunk);

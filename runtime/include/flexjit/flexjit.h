@@ -1,5 +1,5 @@
 /* flexjit C API: compile attention masks written in the flexjit mask language and run paged
- * attention over a vLLM-style KV cache (DESIGN.md §3, §7).
+ * attention over a vLLM-style KV cache (docs/architecture.md#call-contract, #c-api).
  *
  * Conventions
  * - Every function returns fj_status (FJ_SUCCESS == 0). No call aborts or throws; a failed call
@@ -181,8 +181,8 @@ typedef struct fj_array {
   int32_t row_stride; /* elements, >= cols */
 } fj_array;
 
-/* One paged attention call (DESIGN.md §3). All pointers are device pointers; strides are in
- * elements and must be multiples of 8 (16-byte rows), pointers 16-byte aligned.
+/* One paged attention call (docs/architecture.md#call-contract). All pointers are device pointers;
+ * strides are in elements and must be multiples of 8 (16-byte rows), pointers 16-byte aligned.
  *
  *   q, out:       [num_tokens, num_heads, head_dim] at (q|out)_stride_token / _stride_head
  *   k/v_cache:    element (block, slot, kv_head, d) at block * stride_block + slot * stride_slot
@@ -279,10 +279,10 @@ FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_
                                     void* stream);
 
 /* One attention call over contiguous, packed K/V without a cache: the encoder case
- * (DESIGN.md §3). q, k, v and out are [num_tokens, heads, head_dim] at their strides (k and v
- * with num_kv_heads heads); sequence s owns rows [cu_seqlens[s], cu_seqlens[s+1]) of all four,
- * and positions are 0-based within it (q = row - cu_seqlens[s], kv likewise). Pointers are
- * device pointers, 16-byte aligned, strides multiples of 8 elements. The kernel must have been
+ * (docs/architecture.md#call-contract). q, k, v and out are [num_tokens, heads, head_dim] at their
+ * strides (k and v with num_kv_heads heads); sequence s owns rows [cu_seqlens[s], cu_seqlens[s+1])
+ * of all four, and positions are 0-based within it (q = row - cu_seqlens[s], kv likewise). Pointers
+ * are device pointers, 16-byte aligned, strides multiples of 8 elements. The kernel must have been
  * created with page_size 0. lse as in fj_paged_attention. */
 typedef struct fj_varlen_attention_args {
   uint32_t struct_size; /* sizeof(fj_varlen_attention_args) */
@@ -404,7 +404,7 @@ typedef struct fj_merge_states_args {
 FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args* args,
                                  void* stream);
 
-/* ---- Compiling ahead and the kernel cache (DESIGN.md §6) ----------------------------------
+/* ---- Compiling ahead and the kernel cache (docs/architecture.md#cache) --------------------------
  *
  * Compiled kernels are cached in memory per context and on disk, shared by every process of
  * the user: in $FLEXJIT_CACHE_DIR, else $XDG_CACHE_HOME/flexjit, else ~/.cache/flexjit. An entry
@@ -446,7 +446,7 @@ FJ_API fj_status fj_precompile(fj_context* context, const fj_program* program,
                                const fj_kernel_desc* descs, size_t count,
                                const fj_precompile_options* options, fj_status* statuses);
 
-/* ---- Planned launches: split-KV decode, mixed batches, CUDA graphs (DESIGN.md §5) ----------
+/* ---- Planned launches: split-KV decode, mixed batches, CUDA graphs (docs/architecture.md#plans)
  *
  * A plan turns host copies of a batch's lengths into work lists in device memory, and running
  * it launches kernels that read those lists, with a geometry fixed by the plan's shape. An

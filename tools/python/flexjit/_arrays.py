@@ -97,8 +97,9 @@ def _unit_last(a):
 
 def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_table,
                  query_start_loc, seq_lens, lse=None, kv_layout="NHD"):
-    """Checks the arrays of one paged attention call (DESIGN.md §3) and returns the fields of
-    fj_paged_attention_args they determine (pointers, counts and strides in elements).
+    """Checks the arrays of one paged attention call (docs/architecture.md#call-contract) and
+    returns the fields of fj_paged_attention_args they determine (pointers, counts and strides in
+    elements).
 
     q, out: [num_tokens, num_heads, head_dim]. k_cache, v_cache: [num_blocks, page_size,
     num_kv_heads, head_dim] for kv_layout "NHD", [num_blocks, num_kv_heads, page_size, head_dim]

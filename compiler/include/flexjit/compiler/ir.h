@@ -132,8 +132,9 @@ struct BoolImm final : ExprNode {
   static Expr make(bool value);
 };
 
-// The variables a body sees (DESIGN.md §2, §3): request, query head, query and key
-// positions (Int), and, in score bodies only, the score (Float, already scaled).
+// The variables a body sees (docs/language.md, docs/architecture.md#call-contract): request, query
+// head, query and key positions (Int), and, in score bodies only, the score (Float, already
+// scaled).
 enum class Variable : uint8_t { B, H, Q, KV, Score };
 
 const char* variable_name(Variable variable);
@@ -162,7 +163,7 @@ struct Param final : ExprNode {
 // `Load`: element [row, col] of runtime array `slot` (fj::MaskParams::array), an Int or a
 // Float array. A 1-D array has one column and is read at col 0 (`rank` 1 prints `a[i]`).
 // Any index outside the array's extents reads 0 (0.0 for Float): a read never leaves the
-// array (DESIGN.md §2). Operands: row, col (both Int). Built only by make(), never by
+// array (docs/language.md). Operands: row, col (both Int). Built only by make(), never by
 // make_operation(); a mutator rebuilds it with the same slot, name, rank and type.
 struct Load final : ExprNode {
   static constexpr ExprKind kKind = ExprKind::Load;

@@ -113,12 +113,12 @@ struct KvRange {
   bool empty() const { return lo >= hi; }
 };
 
-// Sound bound on the visible keys of queries [q0, q1) of request b, head h (DESIGN.md §4 "KV
-// ranges"): for every q in [q0, q1) and every kv >= 0 outside the result, the mask is false.
-// Derived from the mask's constraints on kv (comparisons with kv on one side, through +, -,
-// negation and division or multiplication by a positive constant, combined by && and ||);
-// [0, INT32_MAX) where nothing bounds kv. q0 >= q1 gives an empty range. `params` as in
-// EvalPoint.
+// Sound bound on the visible keys of queries [q0, q1) of request b, head h
+// (docs/architecture.md#tile-analysis "KV ranges"): for every q in [q0, q1) and every kv >= 0
+// outside the result, the mask is false. Derived from the mask's constraints on kv (comparisons
+// with kv on one side, through +, -, negation and division or multiplication by a positive
+// constant, combined by && and ||); [0, INT32_MAX) where nothing bounds kv. q0 >= q1 gives an empty
+// range. `params` as in EvalPoint.
 KvRange kv_range(const Variant& variant, int32_t b, int32_t h, int32_t q0, int32_t q1,
                  const fj::MaskParams* params);
 
@@ -142,9 +142,9 @@ class MaskAnalysis {
   std::shared_ptr<const MaskPlans> plans_;
 };
 
-// CUDA source defining `struct_name` with the fixed hooks of DESIGN.md §5: kHasScore,
-// kUsesHead, mask(), score() (the identity when the variant has no score), classify() and
-// kv_range(); also mask() and score() split into request, query-row, key and element parts
+// CUDA source defining `struct_name` with the fixed hooks of docs/architecture.md#kernel-contract:
+// kHasScore, kUsesHead, mask(), score() (the identity when the variant has no score), classify()
+// and kv_range(); also mask() and score() split into request, query-row, key and element parts
 // (docs/hopper.md) and kElementOperations, the element parts' operation count.
 // Self-contained apart from fj_ops.cuh.
 std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name);

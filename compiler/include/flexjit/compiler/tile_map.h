@@ -1,6 +1,7 @@
-// Tile maps (DESIGN.md §4): the class of every tile of one request and head's attention matrix,
-// the brute-force truth that checks it, and PyTorch FlexAttention's BlockMask tensors for the
-// same shape. `flexjit hints`, the classification benchmark and the tests build on this.
+// Tile maps (docs/architecture.md#tile-analysis): the class of every tile of one request and head's
+// attention matrix, the brute-force truth that checks it, and PyTorch FlexAttention's BlockMask
+// tensors for the same shape. `flexjit hints`, the classification benchmark and the tests build on
+// this.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +17,9 @@ namespace flexjit {
 
 // The attention matrix of request `b`, head `h`, cut into tiles of tile_q x tile_k. Query row
 // t (0 <= t < q_len) has position q_offset + t, key column j position j (0 <= j < kv_len); in a
-// paged call the queries are the last q_len keys, q_offset = kv_len - q_len (DESIGN.md §3).
-// Tile (row, col) covers rows [row * tile_q, (row + 1) * tile_q) and columns
-// [col * tile_k, (col + 1) * tile_k), clipped at the edge of the matrix.
+// paged call the queries are the last q_len keys, q_offset = kv_len - q_len
+// (docs/architecture.md#call-contract). Tile (row, col) covers rows [row * tile_q, (row + 1) *
+// tile_q) and columns [col * tile_k, (col + 1) * tile_k), clipped at the edge of the matrix.
 struct TileShape {
   int32_t b = 0, h = 0;
   int32_t q_len = 0, kv_len = 0;

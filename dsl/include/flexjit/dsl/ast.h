@@ -26,7 +26,7 @@ enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Mod, Lt, Le, Gt, Ge, Eq, Ne,
 const char* op_spelling(UnaryOp op);
 const char* op_spelling(BinaryOp op);
 
-// Variables a body sees (DESIGN.md §2): positions in every body, `score` (Float) only in
+// Variables a body sees (docs/language.md): positions in every body, `score` (Float) only in
 // score bodies.
 enum class Builtin : uint8_t { B, H, Q, KV, Score };
 
@@ -44,7 +44,7 @@ using ExprPtr = std::unique_ptr<Expr>;
 //   Local     the bound variable of the innermost enclosing `any`/`all` of that name (Name)
 enum class RefKind : uint8_t { Unresolved, Builtin, Param, Const, Mask, Score, Local };
 
-// Builtin functions (DESIGN.md §2). `where(c, a, b)` is `c ? a : b`; `clamp(x, lo, hi)` is
+// Builtin functions (docs/language.md). `where(c, a, b)` is `c ? a : b`; `clamp(x, lo, hi)` is
 // `min(max(x, lo), hi)`; `int(x)` / `float(x)` convert.
 enum class Function : uint8_t {
   Min,
