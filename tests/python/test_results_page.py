@@ -150,7 +150,7 @@ class PageTest(unittest.TestCase):
                     diff_flexjit=0.004),
                 row("family_8k_dilated", "fa4 mask_mod", 0.5, tflops=400.0, diff_flexjit=1.2,
                     note="mask_mod on every tile")]
-        page = R.render({"family": {"meta": META, "rows": rows, "metadata": []}})
+        page = R.render({"family_8k": {"meta": META, "rows": rows, "metadata": []}})
         cells = [c.strip() for c in line_of(page, "| family_8k_dilated |").strip("|")
                  .split(" | ")]
         self.assertEqual(cells[1], "100 / 200 (page 16 / page 128); dense-equivalent "
