@@ -68,8 +68,9 @@ struct PackedRows {
   int token_begin;  // the request's first query row in q and out
   int packed_rows;  // query tokens times group
   int seq_len;      // keys of the request (its new tokens included)
-  int q_offset;     // logical position of the request's first query token
-  (docs/architecture.md#call-contract) int kv_head;
+  int q_offset;     // logical position of the request's first query token (see
+                    // docs/architecture.md#call-contract)
+  int kv_head;
   int row0;
   int last_row;  // the block's last row inside the request
 
