@@ -4,10 +4,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <mutex>
-
-#include "jit/environment.h"
 
 namespace flexjit {
 namespace {
@@ -45,7 +42,7 @@ std::vector<std::string> resolve(void* library, NvrtcApi& api) {
 
 Result<const NvrtcApi*> load_nvrtc(NvrtcApi& api) {
   std::vector<std::string> failures;
-  for (const std::string& candidate : nvrtc_candidates()) {
+  for (const std::string& candidate : nvrtc_candidates(environment(), own_directory())) {
     // A path is tried only when the file is there, so the error lists real failures; a bare
     // name goes to the loader.
     std::error_code error;
@@ -79,13 +76,13 @@ Result<const NvrtcApi*> load_nvrtc(NvrtcApi& api) {
 
 }  // namespace
 
-std::vector<std::string> nvrtc_candidates() {
-  const Environment& env = environment();
+std::vector<std::string> nvrtc_candidates(const Environment& env,
+                                          const std::filesystem::path& library_dir) {
   if (!env.nvrtc_library.empty()) return {env.nvrtc_library.string()};
   const std::string file = fmt::format("libnvrtc.so.{}", kCudaMajor);
   std::vector<std::string> candidates;
   // site-packages/flexjit/lib/libflexjit_runtime.so -> site-packages/nvidia/cu13/lib.
-  std::filesystem::path dir = own_directory();
+  std::filesystem::path dir = library_dir;
   for (int up = 0; up < 3 && !dir.empty() && dir.has_relative_path(); ++up) {
     dir = dir.parent_path();
     candidates.push_back(

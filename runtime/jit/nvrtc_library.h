@@ -6,10 +6,12 @@
 
 #include <nvrtc.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "flexjit/compiler/result.h"
+#include "jit/environment.h"
 
 // Every NVRTC entry point the runtime calls.
 #define FJ_FOR_EACH_NVRTC_ENTRY(X) \
@@ -35,15 +37,17 @@ struct NvrtcApi {
 #undef FJ_NVRTC_ENTRY_MEMBER
 
 // Where NVRTC is looked for, in order (the first that loads wins):
-//   1. $FLEXJIT_NVRTC, a path to the library;
-//   2. NVIDIA's nvidia-cuda-nvrtc wheel beside this library's Python package: for each of the
-//      three folders above the folder holding libflexjit_runtime.so, nvidia/cu<N>/lib and
-//      nvidia/cuda_nvrtc/lib (the CUDA 13 and CUDA 12 layouts of that wheel);
+//   1. $FLEXJIT_NVRTC, a path to the library, and nothing else when it is set;
+//   2. NVIDIA's nvidia-cuda-nvrtc wheel beside the Python package: for each of the three
+//      folders above `library_dir` (the folder of libflexjit_runtime.so, site-packages/flexjit/lib
+//      in the wheel), nvidia/cu<N>/lib and nvidia/cuda_nvrtc/lib (the CUDA 13 and CUDA 12
+//      layouts of that wheel);
 //   3. $CUDA_HOME/lib64, then /usr/local/cuda/lib64;
-//   4. the dynamic loader's search path.
+//   4. the dynamic loader's search path (a bare file name).
 // The file name is libnvrtc.so.<N>, N the CUDA major version of the headers flexjit was built
 // with (NVRTC's ABI is stable within a major version).
-std::vector<std::string> nvrtc_candidates();
+std::vector<std::string> nvrtc_candidates(const Environment& env,
+                                          const std::filesystem::path& library_dir);
 
 // The NVRTC table, loaded on first call (thread-safe) and kept for the life of the process.
 // An Error naming every place searched (and why each failed) when none loads, or the symbol
