@@ -63,6 +63,9 @@ flexjit hints "$masks" --mask sliding --set window=256 --q-len 1024 --kv-len 102
   >hints.txt || fail "flexjit hints"
 grep -q '#' hints.txt || fail "flexjit hints printed no full tile"
 echo "PASS: the installed CLI checks the installed standard masks and prints a tile map"
+flexjit run "$masks" --mask sliding --set window=64 --device cpu --query-lens 7,100 \
+  --context-lens 50,0 --heads 8 --kv-heads 2 >run.txt 2>&1 || { cat run.txt; fail "flexjit run"; }
+echo "PASS: the installed CLI runs sliding on the CPU backend against float64"
 # Without NVRTC (FLEXJIT_NVRTC is the only place tried when set) a GPU compile fails clearly.
 if FLEXJIT_NVRTC=/nonexistent/libnvrtc.so.13 flexjit compile "$masks" --mask causal \
   --arch sm_80 >nvrtc.txt 2>&1; then
