@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Builds flexjit and runs the CPU test suite (everything but the [gpu] tests) under ctest, then
-# fuzzes the front end for a minute (tools/dev/fuzz.sh).
+# Builds flexjit and runs the CPU test suite (everything but the [gpu] tests) under ctest, checks
+# what users install (tools/dev/package_check.sh: the wheel in a fresh virtual environment, the
+# CMake/pkg-config consumer of `cmake --install`), then fuzzes the front end for a minute
+# (tools/dev/fuzz.sh).
 # The [gpu] tests: build/bin/flexjit_tests_gpu on a machine with a CUDA GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/dev/build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+tools/dev/package_check.sh
 tools/dev/fuzz.sh 60

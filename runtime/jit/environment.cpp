@@ -64,6 +64,7 @@ Environment read_environment() {
   env.always_compile = !always.empty() && always != "0";
   env.dump_dir = variable("FLEXJIT_DUMP_DIR");
   env.cuda_home = variable("CUDA_HOME");
+  env.nvrtc_library = variable("FLEXJIT_NVRTC");
 
   if (std::string_view level = variable("FLEXJIT_LOG"); !level.empty()) {
     if (level == "error") {

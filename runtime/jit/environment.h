@@ -7,11 +7,16 @@
 //   FLEXJIT_ALWAYS_COMPILE   non-empty and not "0": never read the disk cache (still write it)
 //   FLEXJIT_DUMP_DIR         write each generated source (.cu) and its compile log (.log) here
 //   FLEXJIT_LOG              error | warn | info | debug (default warn); lines go to stderr
-//   CUDA_HOME                the toolkit whose cuobjdump/nvdisasm `flexjit compile --sass` runs
+//   FLEXJIT_NVRTC            path of the NVRTC library to load (libnvrtc.so.13); else NVIDIA's
+//                            nvidia-cuda-nvrtc wheel, $CUDA_HOME/lib64, /usr/local/cuda/lib64,
+//                            the loader's path (jit/nvrtc_library.h)
+//   CUDA_HOME                the toolkit whose cuobjdump/nvdisasm `flexjit compile --sass` runs,
+//                            and where NVRTC is looked for
 //   XDG_CACHE_HOME, HOME     see FLEXJIT_CACHE_DIR
 //
 // None of these changes generated code or NVRTC options, so none enters the kernel cache key
-// (KernelCache::key). A variable that does must be hashed there.
+// (KernelCache::key); the version of the NVRTC that FLEXJIT_NVRTC or CUDA_HOME selects is hashed
+// there. A variable that does change them must be hashed there.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +34,8 @@ struct Environment {
   bool always_compile = false;
   std::filesystem::path dump_dir;  // empty: sources are dumped only when a compile fails
   LogLevel log_level = LogLevel::Warn;
-  std::filesystem::path cuda_home;  // empty: not set
+  std::filesystem::path cuda_home;      // empty: not set
+  std::filesystem::path nvrtc_library;  // FLEXJIT_NVRTC; empty: search (jit/nvrtc_library.h)
   // Problems with the values above (an unknown FLEXJIT_LOG level, a malformed size), to be
   // logged once by whoever first reads the environment.
   std::vector<std::string> problems;

@@ -1,30 +1,32 @@
 #include "jit/nvrtc_compiler.h"
 
 #include <fmt/format.h>
-#include <nvrtc.h>
 
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "jit/nvrtc_library.h"
+
 namespace flexjit {
 namespace {
 
-Error nvrtc_error(std::string_view what, nvrtcResult code) {
-  return Error{fmt::format("{} failed: {}", what, nvrtcGetErrorString(code)), {}};
+Error nvrtc_error(const NvrtcApi& api, std::string_view what, nvrtcResult code) {
+  return Error{fmt::format("{} failed: {}", what, api.nvrtcGetErrorString(code)), {}};
 }
 
 struct ProgramDeleter {
-  void operator()(_nvrtcProgram* program) const { nvrtcDestroyProgram(&program); }
+  const NvrtcApi* api;
+  void operator()(_nvrtcProgram* program) const { api->nvrtcDestroyProgram(&program); }
 };
 using ProgramHandle = std::unique_ptr<_nvrtcProgram, ProgramDeleter>;
 
-std::string program_log(nvrtcProgram program) {
+std::string program_log(const NvrtcApi& api, nvrtcProgram program) {
   size_t size = 0;
-  if (nvrtcGetProgramLogSize(program, &size) != NVRTC_SUCCESS || size == 0) return {};
+  if (api.nvrtcGetProgramLogSize(program, &size) != NVRTC_SUCCESS || size == 0) return {};
   std::string log(size, '\0');
-  if (nvrtcGetProgramLog(program, log.data()) != NVRTC_SUCCESS) return {};
+  if (api.nvrtcGetProgramLog(program, log.data()) != NVRTC_SUCCESS) return {};
   // The size counts the terminating NUL.
   while (!log.empty() && (log.back() == '\0' || log.back() == '\n'))
     log.pop_back();
@@ -38,6 +40,7 @@ namespace {
 // NVRTC's program and log after compiling `source`; an Error (with the log and options) when
 // the compile fails.
 struct CompiledProgram {
+  const NvrtcApi* api;
   ProgramHandle program;
   std::string log;
 };
@@ -45,6 +48,9 @@ struct CompiledProgram {
 Result<CompiledProgram> compile_program(std::string_view program_name, std::string_view source,
                                         std::span<const NvrtcHeader> headers, std::string_view arch,
                                         std::span<const std::string> extra_options) {
+  Result<const NvrtcApi*> loaded = nvrtc_api();
+  if (!loaded) return loaded.error();
+  const NvrtcApi& api = **loaded;
   // NVRTC takes NUL-terminated strings; string_views need not be.
   const std::string name(program_name);
   const std::string source_text(source);
@@ -70,24 +76,24 @@ Result<CompiledProgram> compile_program(std::string_view program_name, std::stri
     option_ptrs.push_back(option.c_str());
 
   nvrtcProgram raw_program = nullptr;
-  if (nvrtcResult code = nvrtcCreateProgram(&raw_program, source_text.c_str(), name.c_str(),
-                                            static_cast<int>(headers.size()),
-                                            header_text_ptrs.data(), header_name_ptrs.data());
+  if (nvrtcResult code = api.nvrtcCreateProgram(&raw_program, source_text.c_str(), name.c_str(),
+                                                static_cast<int>(headers.size()),
+                                                header_text_ptrs.data(), header_name_ptrs.data());
       code != NVRTC_SUCCESS) {
-    return nvrtc_error("nvrtcCreateProgram", code);
+    return nvrtc_error(api, "nvrtcCreateProgram", code);
   }
-  ProgramHandle program(raw_program);
+  ProgramHandle program(raw_program, ProgramDeleter{&api});
 
-  const nvrtcResult compiled =
-      nvrtcCompileProgram(program.get(), static_cast<int>(option_ptrs.size()), option_ptrs.data());
-  std::string log = program_log(program.get());
+  const nvrtcResult compiled = api.nvrtcCompileProgram(
+      program.get(), static_cast<int>(option_ptrs.size()), option_ptrs.data());
+  std::string log = program_log(api, program.get());
   if (compiled != NVRTC_SUCCESS) {
     // NVRTC's log names the error; the options make the failure reproducible.
     const std::string options_line = fmt::format("options: {}", fmt::join(options, " "));
     return Error{fmt::format("NVRTC failed to compile {}", name),
                  log.empty() ? options_line : fmt::format("{}\n{}", log, options_line)};
   }
-  return CompiledProgram{std::move(program), std::move(log)};
+  return CompiledProgram{&api, std::move(program), std::move(log)};
 }
 
 }  // namespace
@@ -99,14 +105,14 @@ Result<NvrtcOutput> nvrtc_compile(std::string_view program_name, std::string_vie
       compile_program(program_name, source, headers, arch, extra_options);
   if (!compiled) return compiled.error();
   size_t cubin_size = 0;
-  if (nvrtcResult code = nvrtcGetCUBINSize(compiled->program.get(), &cubin_size);
+  if (nvrtcResult code = compiled->api->nvrtcGetCUBINSize(compiled->program.get(), &cubin_size);
       code != NVRTC_SUCCESS) {
-    return nvrtc_error("nvrtcGetCUBINSize", code);
+    return nvrtc_error(*compiled->api, "nvrtcGetCUBINSize", code);
   }
   std::string cubin(cubin_size, '\0');
-  if (nvrtcResult code = nvrtcGetCUBIN(compiled->program.get(), cubin.data());
+  if (nvrtcResult code = compiled->api->nvrtcGetCUBIN(compiled->program.get(), cubin.data());
       code != NVRTC_SUCCESS) {
-    return nvrtc_error("nvrtcGetCUBIN", code);
+    return nvrtc_error(*compiled->api, "nvrtcGetCUBIN", code);
   }
   return NvrtcOutput{std::move(cubin), std::move(compiled->log)};
 }
@@ -119,13 +125,14 @@ Result<NvrtcOutput> nvrtc_compile_ptx(std::string_view program_name, std::string
       compile_program(program_name, source, headers, virtual_arch, extra_options);
   if (!compiled) return compiled.error();
   size_t ptx_size = 0;
-  if (nvrtcResult code = nvrtcGetPTXSize(compiled->program.get(), &ptx_size);
+  if (nvrtcResult code = compiled->api->nvrtcGetPTXSize(compiled->program.get(), &ptx_size);
       code != NVRTC_SUCCESS) {
-    return nvrtc_error("nvrtcGetPTXSize", code);
+    return nvrtc_error(*compiled->api, "nvrtcGetPTXSize", code);
   }
   std::string ptx(ptx_size, '\0');
-  if (nvrtcResult code = nvrtcGetPTX(compiled->program.get(), ptx.data()); code != NVRTC_SUCCESS) {
-    return nvrtc_error("nvrtcGetPTX", code);
+  if (nvrtcResult code = compiled->api->nvrtcGetPTX(compiled->program.get(), ptx.data());
+      code != NVRTC_SUCCESS) {
+    return nvrtc_error(*compiled->api, "nvrtcGetPTX", code);
   }
   // The size counts the terminating NUL.
   while (!ptx.empty() && ptx.back() == '\0')
@@ -197,7 +204,8 @@ Result<PtxasResources> parse_ptxas_resources(std::string_view log, std::string_v
 std::string nvrtc_version_string() {
   int major = 0;
   int minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
+  Result<const NvrtcApi*> loaded = nvrtc_api();
+  if (!loaded || (*loaded)->nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
   return fmt::format("{}.{}", major, minor);
 }
 

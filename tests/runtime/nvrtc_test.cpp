@@ -1,3 +1,5 @@
+#include <cuda.h>
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "flexjit/internal/inspect.h"
 #include "jit/kernel_cache.h"
 #include "jit/nvrtc_compiler.h"
+#include "jit/nvrtc_library.h"
 
 using namespace flexjit;
 
@@ -127,4 +130,33 @@ TEST_CASE("every template is embedded byte for byte, sorted by name", "[nvrtc]")
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CHECK(file.text == bytes);
   }
+}
+
+TEST_CASE("NVRTC is looked for in FLEXJIT_NVRTC alone when it is set", "[nvrtc]") {
+  Environment env;
+  env.nvrtc_library = "/opt/nvrtc/libnvrtc.so.13";
+  env.cuda_home = "/opt/cuda";
+  CHECK(nvrtc_candidates(env, "/venv/site-packages/flexjit/lib") ==
+        std::vector<std::string>{"/opt/nvrtc/libnvrtc.so.13"});
+}
+
+TEST_CASE("NVRTC is looked for in the NVIDIA wheel, CUDA_HOME, /usr/local/cuda, the loader",
+          "[nvrtc]") {
+  Environment env;
+  env.cuda_home = "/opt/cuda";
+  const std::vector<std::string> candidates =
+      nvrtc_candidates(env, "/venv/lib/python3.12/site-packages/flexjit/lib");
+  const std::string file = fmt::format("libnvrtc.so.{}", CUDA_VERSION / 1000);
+  const auto at = [&](const std::string& path) {
+    return std::find(candidates.begin(), candidates.end(), path) - candidates.begin();
+  };
+  const auto wheel = at(fmt::format("/venv/lib/python3.12/site-packages/nvidia/cu{}/lib/{}",
+                                    CUDA_VERSION / 1000, file));
+  const auto cuda_home = at("/opt/cuda/lib64/" + file);
+  const auto usr_local = at("/usr/local/cuda/lib64/" + file);
+  const auto loader = at(file);
+  CHECK(wheel < cuda_home);
+  CHECK(cuda_home < usr_local);
+  CHECK(usr_local < loader);
+  CHECK(loader == static_cast<std::ptrdiff_t>(candidates.size()) - 1);
 }

@@ -922,6 +922,10 @@ void add_kernel_options(CLI::App* command, KernelOptions& options, bool mask_req
 int main(int argc, char** argv) {
   CLI::App app{"flexjit: attention masks compiled to paged attention kernels"};
   app.require_subcommand(1);
+  // The runtime's version (fj_runtime_version, FJ_VERSION of flexjit.h), "flexjit 0.4.0".
+  const uint32_t version = fj_runtime_version();
+  app.set_version_flag("--version", fmt::format("flexjit {}.{}.{}", version / 10000,
+                                                version / 100 % 100, version % 100));
   std::string path;
 
   bool check_json = false;

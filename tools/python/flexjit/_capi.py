@@ -11,8 +11,11 @@ import pathlib
 
 LIBRARY_NAME = "libflexjit_runtime.so"
 
-# tools/python/flexjit/_capi.py -> the repository root.
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
+PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+# tools/python/flexjit/_capi.py -> the repository root, when the package runs from a checkout;
+# None when it is installed (from the wheel: the library is then in PACKAGE_DIR/lib).
+REPO_ROOT = PACKAGE_DIR.parents[2] if PACKAGE_DIR.parent.name == "python" and \
+    PACKAGE_DIR.parents[1].name == "tools" else None
 
 
 class Status(enum.IntEnum):
@@ -172,13 +175,17 @@ class VarlenAttentionArgs(ctypes.Structure):
 
 
 def library_candidates():
-    """Where the library is looked for, in order: $FLEXJIT_LIBRARY, then the repository's build
-    folders (build/lib, .carry/lib, build-*/lib), then the dynamic loader's search path."""
+    """Where the library is looked for, in order: $FLEXJIT_LIBRARY, then the installed package's
+    lib/ (the wheel), then, in a checkout, the repository's build folders (build/lib, .carry/lib,
+    build-*/lib), then the dynamic loader's search path."""
     env = os.environ.get("FLEXJIT_LIBRARY")
     if env:
         return [env]
-    found = [REPO_ROOT / "build" / "lib" / LIBRARY_NAME, REPO_ROOT / ".carry" / "lib" / LIBRARY_NAME]
-    found += sorted(REPO_ROOT.glob("build-*/lib/" + LIBRARY_NAME))
+    found = [PACKAGE_DIR / "lib" / LIBRARY_NAME]
+    if REPO_ROOT is not None:
+        found += [REPO_ROOT / "build" / "lib" / LIBRARY_NAME,
+                  REPO_ROOT / ".carry" / "lib" / LIBRARY_NAME]
+        found += sorted(REPO_ROOT.glob("build-*/lib/" + LIBRARY_NAME))
     return [str(p) for p in found if p.is_file()] + [LIBRARY_NAME]
 
 
