@@ -306,6 +306,8 @@ def comparison_table(family, result, metric, extra=None):
                 if peer_row.get("note"):
                     notes.setdefault(peer_row["note"], []).append(f"{peer} on {workload}")
                 continue
+            if peer_row.get("note"):
+                notes.setdefault(peer_row["note"], []).append(f"{peer} on {workload}")
             value = ratio(rows, workload, peer)
             aside = ([f"flexjit {value:.2f}×"] if value is not None else []) + \
                 ([f"Δ {diff:.1g}"] if diff is not None else [])
