@@ -169,10 +169,9 @@ ir::Expr generalize(std::span<const ir::Expr> terms, const ir::Expr& index) {
       }
       return first;
     case ir::ExprKind::Var:
-      for (const ir::Expr& t : terms) {
-        if (t.as<ir::Var>()->variable != first.as<ir::Var>()->variable) return {};
-      }
-      return first;
+      // Only the same node (the passes share each variable's): an enclosing chain's index is
+      // a Var node of its own, never to be taken for the variable it is made as.
+      return {};
     case ir::ExprKind::Param:
       for (const ir::Expr& t : terms) {
         if (t.as<ir::Param>()->slot != first.as<ir::Param>()->slot) return {};
