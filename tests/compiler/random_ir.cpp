@@ -15,6 +15,46 @@ const std::vector<float>& float_constants() {
   return values;
 }
 
+RandomExprOptions mask_options(int mask_shapes) {
+  RandomExprOptions options;
+  options.scalars = {{Type::Int, 0, "window"},
+                     {Type::Int, 1, "p"},
+                     {Type::Float, 2, "t"},
+                     {Type::Bool, 3, "c"},
+                     {Type::Int, 4, "chunk"}};
+  options.arrays = {{Type::Int, 0, "doc", {"b", "kv"}},    {Type::Int, 1, "pos", {"kv"}},
+                    {Type::Float, 2, "fdoc", {"b", "kv"}}, {Type::Float, 3, "fpos", {"q"}},
+                    {Type::Int, 4, "prefix", {"b"}},       {Type::Int, 5, "ranges", {"b", "r"}}};
+  options.score = false;
+  options.mask_shapes = mask_shapes;
+  return options;
+}
+
+Variant random_variant(const Expr& mask, const RandomExprOptions& options, const Expr& score) {
+  Variant variant;
+  variant.name = variant.mask_name = "random";
+  variant.mask = mask;
+  if (score.defined()) {
+    variant.score = score;
+    variant.score_name = "score";
+  }
+  for (const ScalarDecl& scalar : options.scalars) {
+    variant.scalars.push_back({scalar.name,
+                               scalar.type == Type::Float  ? dsl::Type::Float
+                               : scalar.type == Type::Bool ? dsl::Type::Bool
+                                                           : dsl::Type::Int,
+                               scalar.slot,
+                               {}});
+  }
+  for (const ArrayDecl& array : options.arrays) {
+    variant.arrays.push_back({array.name,
+                              array.type == Type::Float ? dsl::Type::Float : dsl::Type::Int,
+                              array.slot, array.dims});
+  }
+  variant.uses_head = ir::uses_variable(mask, ir::Variable::H);
+  return variant;
+}
+
 Expr Copier::mutate(const Expr& e) {
   switch (e.kind()) {
     case ExprKind::IntImm:

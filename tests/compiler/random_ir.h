@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "flexjit/compiler/ir.h"
+#include "flexjit/compiler/mask.h"
 
 namespace flexjit::testing {
 
@@ -80,6 +81,14 @@ struct RandomExprOptions {
   bool score = true;    // Var(Score) may appear (score bodies); mask bodies never see it
   int mask_shapes = 0;  // out of 8: how often a Bool is built as one of the mask shapes
 };
+
+// The parameters random masks read (window, p, t, c, chunk; doc[b, kv], pos[kv], fdoc[b, kv],
+// fpos[q], prefix[b], ranges[b, r]), mask shapes `mask_shapes` times out of 8, no score.
+RandomExprOptions mask_options(int mask_shapes);
+
+// A variant of `mask` (and `score`, when defined) declaring the parameters of `options`.
+Variant random_variant(const ir::Expr& mask, const RandomExprOptions& options,
+                       const ir::Expr& score = {});
 
 class RandomExpr {
  public:

