@@ -264,46 +264,9 @@ TEST_CASE("compiled classify and kv_range equal MaskAnalysis on the standard mas
   CHECK(comparer.decided >= comparer.classes / 4);
 }
 
-// The parameters random masks read, and mask shapes among their expressions.
-RandomExprOptions random_options() {
-  RandomExprOptions options;
-  options.scalars = {{Type::Int, 0, "window"},
-                     {Type::Int, 1, "p"},
-                     {Type::Float, 2, "t"},
-                     {Type::Bool, 3, "c"},
-                     {Type::Int, 4, "chunk"}};
-  options.arrays = {{Type::Int, 0, "doc", {"b", "kv"}},    {Type::Int, 1, "pos", {"kv"}},
-                    {Type::Float, 2, "fdoc", {"b", "kv"}}, {Type::Float, 3, "fpos", {"q"}},
-                    {Type::Int, 4, "prefix", {"b"}},       {Type::Int, 5, "ranges", {"b", "r"}}};
-  options.score = false;
-  options.mask_shapes = 5;
-  return options;
-}
-
-// A variant of `mask` declaring the parameters of `options` (HostParams summarises its arrays).
-Variant random_variant(const ir::Expr& mask, const RandomExprOptions& options) {
-  Variant variant;
-  variant.name = variant.mask_name = "random";
-  variant.mask = mask;
-  for (const ScalarDecl& scalar : options.scalars) {
-    variant.scalars.push_back({scalar.name,
-                               scalar.type == Type::Float  ? dsl::Type::Float
-                               : scalar.type == Type::Bool ? dsl::Type::Bool
-                                                           : dsl::Type::Int,
-                               scalar.slot,
-                               {}});
-  }
-  for (const ArrayDecl& array : options.arrays) {
-    variant.arrays.push_back({array.name,
-                              array.type == Type::Float ? dsl::Type::Float : dsl::Type::Int,
-                              array.slot, array.dims});
-  }
-  return variant;
-}
-
 TEST_CASE("compiled classify and kv_range equal MaskAnalysis on random masks",
           "[host_code][analysis]") {
-  const RandomExprOptions options = random_options();
+  const RandomExprOptions options = mask_options(5);
   const int masks = env_int("FLEXJIT_HOST_ANALYSIS_MASKS", 250);
   RandomExpr random(static_cast<uint32_t>(env_int("FLEXJIT_HOST_CODE_SEED", 20261123)), options);
   Comparer comparer;
@@ -335,7 +298,7 @@ TEST_CASE("compiled classify and kv_range equal MaskAnalysis on random masks",
 // expression's interval is compared end for end (and a Float's NaN flag).
 TEST_CASE("compiled intervals of random expressions end where MaskAnalysis' do",
           "[host_code][analysis]") {
-  RandomExprOptions options = random_options();
+  RandomExprOptions options = mask_options(5);
   options.mask_shapes = 0;
   RandomExpr random(static_cast<uint32_t>(env_int("FLEXJIT_HOST_CODE_SEED", 20261125)), options);
   constexpr int kThreshold = 5;  // a scalar slot the expressions do not read

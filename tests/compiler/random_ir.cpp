@@ -15,6 +15,46 @@ const std::vector<float>& float_constants() {
   return values;
 }
 
+RandomExprOptions mask_options(int mask_shapes) {
+  RandomExprOptions options;
+  options.scalars = {{Type::Int, 0, "window"},
+                     {Type::Int, 1, "p"},
+                     {Type::Float, 2, "t"},
+                     {Type::Bool, 3, "c"},
+                     {Type::Int, 4, "chunk"}};
+  options.arrays = {{Type::Int, 0, "doc", {"b", "kv"}},    {Type::Int, 1, "pos", {"kv"}},
+                    {Type::Float, 2, "fdoc", {"b", "kv"}}, {Type::Float, 3, "fpos", {"q"}},
+                    {Type::Int, 4, "prefix", {"b"}},       {Type::Int, 5, "ranges", {"b", "r"}}};
+  options.score = false;
+  options.mask_shapes = mask_shapes;
+  return options;
+}
+
+Variant random_variant(const Expr& mask, const RandomExprOptions& options, const Expr& score) {
+  Variant variant;
+  variant.name = variant.mask_name = "random";
+  variant.mask = mask;
+  if (score.defined()) {
+    variant.score = score;
+    variant.score_name = "score";
+  }
+  for (const ScalarDecl& scalar : options.scalars) {
+    variant.scalars.push_back({scalar.name,
+                               scalar.type == Type::Float  ? dsl::Type::Float
+                               : scalar.type == Type::Bool ? dsl::Type::Bool
+                                                           : dsl::Type::Int,
+                               scalar.slot,
+                               {}});
+  }
+  for (const ArrayDecl& array : options.arrays) {
+    variant.arrays.push_back({array.name,
+                              array.type == Type::Float ? dsl::Type::Float : dsl::Type::Int,
+                              array.slot, array.dims});
+  }
+  variant.uses_head = ir::uses_variable(mask, ir::Variable::H);
+  return variant;
+}
+
 Expr Copier::mutate(const Expr& e) {
   switch (e.kind()) {
     case ExprKind::IntImm:
@@ -373,6 +413,101 @@ Expr RandomExpr::chain(int depth) {
   }
   if (pick(2)) result = operation(ExprKind::Or, ir::GE::make(q(), kv()), std::move(result));
   return result;
+}
+
+namespace {
+
+// Replaces one leaf node (an index placeholder) with a constant.
+class SubstituteIndex : public ir::IRMutator {
+ public:
+  SubstituteIndex(const ir::ExprNode* index, int32_t value) : index_(index), value_(value) {}
+  Expr mutate(const Expr& e) override {
+    return e.get() == index_ ? num(value_) : IRMutator::mutate(e);
+  }
+
+ private:
+  const ir::ExprNode* index_;
+  int32_t value_;
+};
+
+// Counts as the language's any/all allow: 1 .. 64, a quarter of them 64.
+int reduction_count(RandomExpr& random) {
+  return random.pick(4) == 0 ? 64 : 1 + random.pick(64);
+}
+
+}  // namespace
+
+Expr RandomExpr::unrolled(const Expr& body, const Expr& index, int count, bool all) {
+  Expr result = truth(all);
+  for (int k = 0; k < count; ++k) {
+    Expr term = SubstituteIndex(index.get(), k).mutate(body);
+    result =
+        k == 0 ? std::move(term)
+               : operation(all ? ExprKind::And : ExprKind::Or, std::move(result), std::move(term));
+  }
+  return result;
+}
+
+Expr RandomExpr::reduction(int depth) {
+  // Placeholders of i and j: leaves of their own, replaced by constants term by term.
+  const Expr i = var(ir::Variable::B);
+  const Expr j = var(ir::Variable::B);
+  const int count = reduction_count(*this);
+  Expr body;
+  if (pick(3) == 0) {
+    int inner = reduction_count(*this);
+    Expr at = operation(ExprKind::Add, operation(ExprKind::Mul, num(inner), i), j);
+    Expr inner_body = indexed_term(at, depth - 1);
+    // Within the IR's size limit (lowering refuses larger): N * M copies of the body.
+    const uint64_t budget = ir::kMaxExprTreeSize / 2;
+    while (inner > 1 && static_cast<uint64_t>(count) * inner * inner_body->tree_size > budget)
+      inner /= 2;
+    body = unrolled(inner_body, j, inner, pick(3) == 0);
+  } else {
+    body = indexed_term(i, depth - 1);
+  }
+  return unrolled(body, i, count, pick(3) == 0);
+}
+
+Expr RandomExpr::indexed_term(const Expr& at, int depth) {
+  switch (pick(6)) {
+    case 0: {  // both positions inside the range at columns 2 at, 2 at + 1
+      const ArrayDecl* array = pick_array(Type::Int, false);
+      if (array == nullptr || array->dims.size() != 2) break;
+      const auto end = [&](int plus) {
+        Expr column = operation(ExprKind::Add, operation(ExprKind::Mul, num(2), at), num(plus));
+        return ir::Load::make(Type::Int, array->slot, array->name, 2, var(ir::Variable::B),
+                              std::move(column));
+      };
+      return ir::And::make(ir::LE::make(end(0), ir::Min::make(q(), kv())),
+                           ir::LE::make(ir::Max::make(q(), kv()), end(1)));
+    }
+    case 1:  // a diagonal: kv == q - step * at
+      return comparison(
+          kv(), operation(ExprKind::Sub, q(), operation(ExprKind::Mul, num(1 + pick(3)), at)));
+    case 2: {  // a key list: kv == list[b, at] (or any array read at the index)
+      const ArrayDecl* array = pick_array(Type::Int, false);
+      if (array == nullptr) break;
+      Expr read =
+          array->dims.size() == 2
+              ? ir::Load::make(Type::Int, array->slot, array->name, 2, var(ir::Variable::B), at)
+              : ir::Load::make(Type::Int, array->slot, array->name, 1, at, num(0));
+      return comparison(pick(2) ? kv() : q(), std::move(read));
+    }
+    case 3:  // strided: (q - kv) % (at + 2) == 0, and a shape
+      return ir::And::make(
+          ir::EQ::make(operation(ExprKind::Mod, operation(ExprKind::Sub, q(), kv()),
+                                 operation(ExprKind::Add, at, num(2))),
+                       num(0)),
+          mask_shape(depth));
+    case 4:  // blocks: kv / width == at
+      return ir::EQ::make(operation(ExprKind::Div, kv(), width()), at);
+    default:
+      break;
+  }
+  // Any Bool, gated by the index.
+  return operation(pick(2) ? ExprKind::And : ExprKind::Or, make(Type::Bool, depth),
+                   comparison(kv(), operation(ExprKind::Mul, at, offset())));
 }
 
 // `ranges[b, 2i] <= min(q, kv) && max(q, kv) <= ranges[b, 2i + 1]`: both positions inside

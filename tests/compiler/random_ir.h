@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "flexjit/compiler/ir.h"
+#include "flexjit/compiler/mask.h"
 
 namespace flexjit::testing {
 
@@ -81,6 +82,14 @@ struct RandomExprOptions {
   int mask_shapes = 0;  // out of 8: how often a Bool is built as one of the mask shapes
 };
 
+// The parameters random masks read (window, p, t, c, chunk; doc[b, kv], pos[kv], fdoc[b, kv],
+// fpos[q], prefix[b], ranges[b, r]), mask shapes `mask_shapes` times out of 8, no score.
+RandomExprOptions mask_options(int mask_shapes);
+
+// A variant of `mask` (and `score`, when defined) declaring the parameters of `options`.
+Variant random_variant(const ir::Expr& mask, const RandomExprOptions& options,
+                       const ir::Expr& score = {});
+
 class RandomExpr {
  public:
   RandomExpr(uint32_t seed, RandomExprOptions options);
@@ -89,6 +98,13 @@ class RandomExpr {
   // levels of their own). Earlier subexpressions come back now and then, the same node or a
   // copy, so that the passes meet sharing, x - x, min(x, x) and the like.
   ir::Expr make(ir::Type type, int depth);
+
+  // any(i < N: body) or all(...) as lowering writes it, at the language's limits: body's terms
+  // for i = 0 .. N-1 (N up to 64, often exactly 64) chained left with || or &&, the body
+  // reading i as array columns (`ranges[b, 2i]`), offsets and divisors; now and then the body is
+  // itself such a chain over j (nested two deep: N * M terms), reading N-th-based columns
+  // `M i + j`. Run ir::run_passes on the result, as lowering does.
+  ir::Expr reduction(int depth);
 
   // A uniform integer in [0, n).
   int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
@@ -127,6 +143,10 @@ class RandomExpr {
   ir::Expr divisor();
   ir::Expr width();
   ir::Expr comparison(ir::Expr a, ir::Expr b);
+  // A term of a reduction's body reading the Int `at` (an expression of the indices).
+  ir::Expr indexed_term(const ir::Expr& at, int depth);
+  // `body` for index = 0 .. count-1, chained left (the reduction's identity when count is 0).
+  ir::Expr unrolled(const ir::Expr& body, const ir::Expr& index, int count, bool all);
 
   RandomExprOptions options_;
   std::mt19937 rng_;

@@ -3,9 +3,13 @@
 // call for it, so the device computes exactly what the host does.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
 #include <cmath>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -105,6 +109,132 @@ std::string indent(const std::string& code) {
 
 using NarrowingPlans = std::unordered_map<const ir::ExprNode*, KvPlan>;
 
+// Longest || or && chain the scalar hooks write out term by term. Lowering unrolls any/all
+// (up to 64 terms, nested two deep: 4096); unrolled in a hook that the kernels inline once per
+// element of a tile, such chains took NVRTC minutes and gigabytes and made ptxas spill
+// (prefix_ranges -D max_ranges=64: 116 s). Longer chains become loops (RolledChain). The
+// standard masks' chains (prefix_ranges: 8 terms) stay unrolled.
+constexpr size_t kMaxUnrolledTerms = 8;
+
+// A left-nested || or && chain, as lowering writes any/all, with its runs of terms that differ
+// only in Int constants affine in the term's position: t_k = body[index := k], which the scalar
+// hooks write as a loop over k (StatementWriter::rolled).
+struct RolledChain {
+  struct Run {
+    size_t first = 0;  // terms [first, first + count)
+    size_t count = 1;
+    ir::Expr index;  // the placeholder leaf `body` reads for k (a node of its own)
+    ir::Expr body;   // undefined for a single term written as is
+  };
+  ir::ExprKind kind = ir::ExprKind::Or;
+  std::vector<ir::Expr> terms;
+  std::vector<Run> runs;  // in order, covering every term
+};
+
+// `terms` as one expression over `index`: each Int constant that differs between the terms is
+// c_0 + d * index with c_k = c_0 + k d (wrapping int32, as lowering folded them); everything
+// else must be the same in every term. Undefined when the terms are not so related.
+ir::Expr generalize(std::span<const ir::Expr> terms, const ir::Expr& index) {
+  const ir::Expr& first = terms[0];
+  if (std::all_of(terms.begin(), terms.end(), [&](const ir::Expr& t) { return t.same_as(first); }))
+    return first;
+  for (const ir::Expr& t : terms) {
+    if (t.kind() != first.kind() || t.type() != first.type()) return {};
+  }
+  switch (first.kind()) {
+    case ir::ExprKind::IntImm: {
+      const auto value = [&](size_t k) {
+        return static_cast<uint32_t>(terms[k].as<ir::IntImm>()->value);
+      };
+      const uint32_t c0 = value(0);
+      const uint32_t d = value(1) - c0;
+      for (size_t k = 0; k < terms.size(); ++k) {
+        if (value(k) != c0 + d * static_cast<uint32_t>(k)) return {};
+      }
+      if (d == 0) return first;
+      const ir::Expr step =
+          d == 1 ? index : ir::Mul::make(ir::IntImm::make(static_cast<int32_t>(d)), index);
+      return c0 == 0 ? step : ir::Add::make(ir::IntImm::make(static_cast<int32_t>(c0)), step);
+    }
+    case ir::ExprKind::FloatImm:
+      for (const ir::Expr& t : terms) {
+        if (std::bit_cast<uint32_t>(t.as<ir::FloatImm>()->value) !=
+            std::bit_cast<uint32_t>(first.as<ir::FloatImm>()->value))
+          return {};
+      }
+      return first;
+    case ir::ExprKind::BoolImm:
+      for (const ir::Expr& t : terms) {
+        if (t.as<ir::BoolImm>()->value != first.as<ir::BoolImm>()->value) return {};
+      }
+      return first;
+    case ir::ExprKind::Var:
+      // Only the same node (the passes share each variable's): an enclosing chain's index is
+      // a Var node of its own, never to be taken for the variable it is made as.
+      return {};
+    case ir::ExprKind::Param:
+      for (const ir::Expr& t : terms) {
+        if (t.as<ir::Param>()->slot != first.as<ir::Param>()->slot) return {};
+      }
+      return first;
+    default:
+      break;
+  }
+  const ir::Load* load = first.as<ir::Load>();
+  if (load != nullptr) {
+    for (const ir::Expr& t : terms) {
+      if (t.as<ir::Load>()->slot != load->slot || t.as<ir::Load>()->rank != load->rank) return {};
+    }
+  }
+  std::vector<ir::Expr> operands;
+  std::vector<ir::Expr> column(terms.size());
+  for (int i = 0; i < ir::operand_count(first.kind()); ++i) {
+    for (size_t k = 0; k < terms.size(); ++k)
+      column[k] = ir::operand(terms[k], i);
+    ir::Expr operand = generalize(column, index);
+    if (!operand.defined()) return {};
+    operands.push_back(std::move(operand));
+  }
+  if (load != nullptr) {
+    return ir::Load::make(load->type, load->slot, load->name, load->rank, operands[0], operands[1]);
+  }
+  return ir::make_operation(first.kind(), operands);
+}
+
+// The runs of `e` if it is a chain of more than kMaxUnrolledTerms terms with a run of at least
+// two; else nullopt (the chain is written as it is).
+std::optional<RolledChain> rolled_chain(const ir::Expr& e) {
+  if (e.kind() != ir::ExprKind::Or && e.kind() != ir::ExprKind::And) return std::nullopt;
+  RolledChain chain;
+  chain.kind = e.kind();
+  ir::Expr at = e;
+  while (at.kind() == chain.kind) {
+    chain.terms.push_back(ir::operand(at, 1));
+    at = ir::operand(at, 0);
+  }
+  chain.terms.push_back(at);
+  if (chain.terms.size() <= kMaxUnrolledTerms) return std::nullopt;
+  std::reverse(chain.terms.begin(), chain.terms.end());
+  bool rolls = false;
+  const std::span<const ir::Expr> terms(chain.terms);
+  for (size_t first = 0; first < terms.size();) {
+    RolledChain::Run run{first, 1, ir::Var::make(ir::Variable::B), {}};
+    // Grow the run while the terms so far generalize (quadratic in the run, linear in size).
+    for (size_t end = first + 2; end <= terms.size(); ++end) {
+      ir::Expr body = generalize(terms.subspan(first, end - first), run.index);
+      if (!body.defined()) break;
+      run.body = std::move(body);
+      run.count = end - first;
+    }
+    if (run.count == 1) run.body = ir::Expr();
+    rolls = rolls || run.count > 1;
+    first += run.count;
+    chain.runs.push_back(std::move(run));
+  }
+  if (!rolls) return std::nullopt;
+  return chain;
+}
+
 // Writes the statements of one hook body, one per operation node, shared nodes once.
 class StatementWriter {
  public:
@@ -127,9 +257,13 @@ class StatementWriter {
 
   // The C++ expression naming e's value (a leaf's text, or the temporary holding it).
   std::string value_of(const ir::Expr& e) {
-    if (ir::operand_count(e.kind()) == 0) return leaf(e);
+    if (ir::operand_count(e.kind()) == 0) {
+      const auto bound = leaves_.find(e.get());
+      return bound != leaves_.end() ? bound->second : leaf(e);
+    }
     const auto found = names_.find(e.get());
     if (found != names_.end()) return found->second;
+    if (std::optional<RolledChain> chain = rolled_chain(e)) return rolled(e, *chain);
 
     const KvPlan* plan = narrowing_plan(e);
     std::vector<std::string> operands;
@@ -141,6 +275,7 @@ class StatementWriter {
                                                                : operation(e, operands);
 
     std::string name = fmt::format("{}{}", prefix_, statement_count_++);
+    ++operations_;
     code_ += fmt::format("    const {} {} = {};\n", type_name(e.type()), name, value);
     names_.emplace(e.get(), name);
     return name;
@@ -149,9 +284,34 @@ class StatementWriter {
   // Names e's value `name` (computed elsewhere): value_of returns it instead of a statement.
   void bind(const ir::Expr& e, std::string name) { names_.emplace(e.get(), std::move(name)); }
 
+  // A writer for a loop body inside this one's function: it reads this one's values and leaf
+  // bindings, writes statements of its own (named `prefix` and a number), and narrows nothing.
+  StatementWriter nested(std::string prefix) const {
+    StatementWriter body(intervals_, std::move(prefix));
+    body.names_ = names_;
+    body.leaves_ = leaves_;
+    body.approximate_tanh_ = approximate_tanh_;
+    return body;
+  }
+  // A writer for a lambda inside this one's function (the interval checks of kv_range and
+  // narrowing): it computes its values anew, with this one's leaf bindings (a loop's index).
+  StatementWriter lambda(std::string prefix, const NarrowingPlans* narrowing = nullptr) const {
+    StatementWriter inner(intervals_, std::move(prefix), narrowing);
+    inner.leaves_ = leaves_;
+    return inner;
+  }
+  // The value of leaf `index` (a RolledChain's) is the loop variable `name`.
+  void bind_index(const ir::Expr& index, const std::string& name) {
+    leaves_.emplace(index.get(), intervals_ ? fmt::format("fj::Interval::point({})", name) : name);
+  }
+  // Adds the operations of a loop body that runs `count` times.
+  void count_loop(const StatementWriter& body, size_t count) {
+    operations_ += body.operations_ * static_cast<int>(count);
+  }
+
   const std::string& code() const { return code_; }
-  // Statements written by value_of.
-  int statements() const { return statement_count_; }
+  // Operations written by value_of, a loop's body counted once per iteration.
+  int statements() const { return operations_; }
   // Adds a statement of the caller's after those written so far.
   void append(const std::string& statement) { code_ += statement; }
 
@@ -164,6 +324,73 @@ class StatementWriter {
 
   // fj::ival::narrowed_or of a node with a narrowing plan (defined after KvRangeWriter).
   std::string narrowed(const ir::Expr& e, const KvPlan& plan, const std::string& left);
+
+  // A chain with runs (rolled_chain): single terms as they are, each run's first term as it is
+  // and the others by a loop over the index (not unrolled: a loop's worth of code per element
+  // is what the rolling saves), folded left in the same order as the unrolled chain. The
+  // parts of a run's body that do not read the index are computed before the loop. Intervals
+  // combine without narrowing (plan_narrowing's || plans): sound, coarser on such chains.
+  std::string rolled(const ir::Expr& e, const RolledChain& chain) {
+    const ir::Type type = ir::Type::Bool;
+    const auto combine = [&](const std::string& a, const std::string& b) {
+      if (intervals_) {
+        return fmt::format("{}({}, {})", spelling_of(chain.kind, type).interval, a, b);
+      }
+      return fmt::format("({} {} {})", a, chain.kind == ir::ExprKind::Or ? "||" : "&&", b);
+    };
+    std::string value;
+    for (const RolledChain::Run& run : chain.runs) {
+      const std::string first = value_of(chain.terms[run.first]);
+      value = value.empty() ? first : combine(value, first);
+      if (!run.body.defined()) continue;
+      std::unordered_map<const ir::ExprNode*, bool> reads_index;
+      hoist_invariants(run.body, run.index, reads_index);
+      const std::string part = fresh("any");
+      const std::string index = fresh("i");
+      StatementWriter body = nested(part + "_");
+      body.bind_index(run.index, index);
+      const std::string term = body.value_of(run.body);
+      count_loop(body, run.count - 1);
+      code_ += fmt::format(
+          "    {type} {part} = {value};\n"
+          "#pragma unroll 1\n"
+          "    for (int {index} = 1; {index} < {count}; ++{index}) {{\n"
+          "{body}"
+          "      {part} = {combined};\n"
+          "    }}\n",
+          fmt::arg("type", type_name(type)), fmt::arg("part", part), fmt::arg("value", value),
+          fmt::arg("index", index), fmt::arg("count", run.count),
+          fmt::arg("body", indent(body.code())), fmt::arg("combined", combine(part, term)));
+      value = part;
+    }
+    std::string name = fmt::format("{}{}", prefix_, statement_count_++);
+    ++operations_;
+    code_ += fmt::format("    const {} {} = {};\n", type_name(type), name, value);
+    names_.emplace(e.get(), name);
+    return name;
+  }
+
+  // Computes, here, the largest parts of `e` that do not read `index`.
+  void hoist_invariants(const ir::Expr& e, const ir::Expr& index,
+                        std::unordered_map<const ir::ExprNode*, bool>& reads_index) {
+    if (!reads(e, index, reads_index)) {
+      if (ir::operand_count(e.kind()) > 0) value_of(e);
+      return;
+    }
+    for (int i = 0; i < ir::operand_count(e.kind()); ++i)
+      hoist_invariants(ir::operand(e, i), index, reads_index);
+  }
+  static bool reads(const ir::Expr& e, const ir::Expr& index,
+                    std::unordered_map<const ir::ExprNode*, bool>& memo) {
+    if (e.same_as(index)) return true;
+    const auto found = memo.find(e.get());
+    if (found != memo.end()) return found->second;
+    bool result = false;
+    for (int i = 0; i < ir::operand_count(e.kind()) && !result; ++i)
+      result = reads(ir::operand(e, i), index, memo);
+    memo.emplace(e.get(), result);
+    return result;
+  }
 
   std::string operation(const ir::Expr& e, const std::vector<std::string>& operands) const {
     const bool is_select = e.kind() == ir::ExprKind::Select;
@@ -246,9 +473,62 @@ class StatementWriter {
   const NarrowingPlans* narrowing_;
   int fresh_count_ = 0;
   int statement_count_ = 0;
+  int operations_ = 0;
   std::unordered_map<const ir::ExprNode*, std::string> names_;
+  std::unordered_map<const ir::ExprNode*, std::string> leaves_;  // bound leaves (loop indices)
   std::string code_;
 };
+
+// `plans` as one plan over `index` (generalize() on each expression), or nullopt when they
+// differ otherwise.
+std::optional<KvPlan> generalize_plans(std::span<const KvPlan> plans, const ir::Expr& index) {
+  const KvPlan& first = plans[0];
+  const auto expr = [&](auto field, ir::Expr& out) {
+    std::vector<ir::Expr> column;
+    for (const KvPlan& plan : plans)
+      column.push_back(field(plan));
+    if (!column[0].defined()) {
+      return std::all_of(column.begin(), column.end(),
+                         [](const ir::Expr& e) { return !e.defined(); });
+    }
+    if (!std::all_of(column.begin(), column.end(), [](const ir::Expr& e) { return e.defined(); }))
+      return false;
+    out = generalize(column, index);
+    return out.defined();
+  };
+  KvPlan result;
+  result.kind = first.kind;
+  result.polarity = first.polarity;
+  result.op = first.op;
+  for (const KvPlan& plan : plans) {
+    if (plan.kind != first.kind || plan.polarity != first.polarity || plan.op != first.op ||
+        plan.children.size() != first.children.size() || plan.steps.size() != first.steps.size()) {
+      return std::nullopt;
+    }
+  }
+  if (!expr([](const KvPlan& p) { return p.condition; }, result.condition) ||
+      !expr([](const KvPlan& p) { return p.other; }, result.other)) {
+    return std::nullopt;
+  }
+  for (size_t i = 0; i < first.steps.size(); ++i) {
+    KvStep step;
+    step.kind = first.steps[i].kind;
+    for (const KvPlan& plan : plans) {
+      if (plan.steps[i].kind != step.kind) return std::nullopt;
+    }
+    if (!expr([&](const KvPlan& p) { return p.steps[i].other; }, step.other)) return std::nullopt;
+    result.steps.push_back(std::move(step));
+  }
+  std::vector<KvPlan> column(plans.size());
+  for (size_t i = 0; i < first.children.size(); ++i) {
+    for (size_t k = 0; k < plans.size(); ++k)
+      column[k] = plans[k].children[i];
+    std::optional<KvPlan> child = generalize_plans(column, index);
+    if (!child) return std::nullopt;
+    result.children.push_back(std::move(*child));
+  }
+  return result;
+}
 
 const char* kv_step_function(KvStep::Kind kind) {
   switch (kind) {
@@ -289,12 +569,24 @@ class KvRangeWriter {
         return "fj::kvr::none()";
       case KvPlan::Intersect:
       case KvPlan::Hull: {
+        const char* combine = plan.kind == KvPlan::Intersect ? "intersect" : "hull";
+        // A chain's plan nests to the left (Hull(Hull(c0, c1), c2)): the same fold flat.
+        std::vector<const KvPlan*> flat;
+        for (const KvPlan* at = &plan; flat.size() <= kMaxUnrolledTerms;) {
+          for (size_t i = at->children.size(); i-- > 1;)
+            flat.push_back(&at->children[i]);
+          const KvPlan& left = at->children[0];
+          if (left.kind != plan.kind) {
+            flat.push_back(&left);
+            break;
+          }
+          at = &left;
+        }
+        if (flat.size() > kMaxUnrolledTerms) return rolled(plan, combine);
         std::string result = bound_of(plan.children[0]);
         for (size_t i = 1; i < plan.children.size(); ++i) {
           const std::string child = bound_of(plan.children[i]);
-          result = declare(fmt::format("fj::kvr::{}({}, {})",
-                                       plan.kind == KvPlan::Intersect ? "intersect" : "hull",
-                                       result, child));
+          result = declare(fmt::format("fj::kvr::{}({}, {})", combine, result, child));
         }
         return result;
       }
@@ -308,6 +600,56 @@ class KvRangeWriter {
   }
 
  private:
+  // The children of a long Intersect or Hull (an any/all over more than kMaxUnrolledTerms
+  // terms) folded as bound_of folds them, runs of children that generalize (generalize_plans)
+  // by a loop, as RolledChain does for the mask.
+  std::string rolled(const KvPlan& plan, const char* combine) {
+    std::vector<KvPlan> flat;
+    const KvPlan* at = &plan;
+    for (; at->kind == plan.kind; at = &at->children[0]) {
+      for (size_t i = at->children.size(); i-- > 1;)
+        flat.push_back(at->children[i]);
+    }
+    flat.push_back(*at);
+    std::reverse(flat.begin(), flat.end());
+    const std::span<const KvPlan> children(flat);
+    std::string result;
+    for (size_t first = 0; first < children.size();) {
+      const ir::Expr index = ir::Var::make(ir::Variable::B);
+      std::optional<KvPlan> body;
+      size_t count = 1;
+      for (size_t end = first + 2; end <= children.size(); ++end) {
+        std::optional<KvPlan> grown = generalize_plans(children.subspan(first, end - first), index);
+        if (!grown) break;
+        body = std::move(grown);
+        count = end - first;
+      }
+      const std::string child = bound_of(children[first]);
+      result = result.empty() ? child
+                              : declare(fmt::format("fj::kvr::{}({}, {})", combine, result, child));
+      if (count > 1) {
+        const std::string part = out_.fresh("k");
+        const std::string loop_index = out_.fresh("i");
+        StatementWriter body_writer = out_.nested(part + "_");
+        body_writer.bind_index(index, loop_index);
+        const std::string term = KvRangeWriter(body_writer).bound_of(*body);
+        out_.append(fmt::format(
+            "    fj::kvr::Bound {part} = {result};\n"
+            "#pragma unroll 1\n"
+            "    for (int {index} = 1; {index} < {count}; ++{index}) {{\n"
+            "{body}"
+            "      {part} = fj::kvr::{combine}({part}, {term});\n"
+            "    }}\n",
+            fmt::arg("part", part), fmt::arg("result", result), fmt::arg("index", loop_index),
+            fmt::arg("count", count), fmt::arg("body", indent(body_writer.code())),
+            fmt::arg("combine", combine), fmt::arg("term", term)));
+        result = part;
+      }
+      first += count;
+    }
+    return result;
+  }
+
   std::string declare(const std::string& value) {
     std::string name = out_.fresh("k");
     out_.append(fmt::format("    const fj::kvr::Bound {} = {};\n", name, value));
@@ -325,7 +667,7 @@ class KvRangeWriter {
       s = declare(fmt::format("fj::kvr::{}({}{})", kv_step_function(step.kind), s, other));
     }
     // The check reads the comparison over key ranges of its choosing.
-    StatementWriter check(true, out_.fresh("a") + "_");
+    StatementWriter check = out_.lambda(out_.fresh("a") + "_");
     const std::string value = check.value_of(plan.condition);
     return declare(fmt::format(
         "fj::kvr::verified({}, [&](fj::Interval kv) {{\n{}      return {};\n    }}, {})", s,
@@ -338,7 +680,7 @@ class KvRangeWriter {
 std::string StatementWriter::narrowed(const ir::Expr& e, const KvPlan& plan,
                                       const std::string& left) {
   const std::string where = KvRangeWriter(*this).bound_of(plan);
-  StatementWriter right(true, fresh("n") + "_", narrowing_);
+  StatementWriter right = lambda(fresh("n") + "_", narrowing_);
   const std::string value = right.value_of(ir::operand(e, 1));
   return fmt::format(
       "fj::ival::narrowed_or({}, {}, kv, [&](fj::Interval kv) {{\n{}      return {};\n    }})",
@@ -504,6 +846,8 @@ class SplitHook {
   // operand's inputs are a subset of its reader's, so a different level is a lower one).
   void collect(const ir::Expr& e) {
     if (!visited_.insert(e.get()).second) return;
+    // A chain written as a loop computes its terms' parts in the loop, where it is computed.
+    if (rolled_chain(e)) return;
     const Level at = level(e);
     for (int i = 0; i < ir::operand_count(e.kind()); ++i) {
       const ir::Expr& operand = ir::operand(e, i);

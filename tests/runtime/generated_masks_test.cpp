@@ -1,0 +1,234 @@
+// No cliffs (issue 29): generated masks and scores, at the language's limits, compile for
+// sm_90a and sm_80 at head dims 64, 128 and 256 without spills, without wgmma that ptxas
+// serializes, and within the compile budget. The masks come from the random-IR generator
+// (tests/compiler/random_ir.h): arithmetic, floor division and modulo, comparisons, ||/&&
+// chains, array reads, the mask shapes, and any/all as lowering unrolls them (up to 64 terms,
+// nested two deep); half of them with a random score. CI compiles a seeded sample
+// ("[cliffs]"); the full set runs on demand on every core:
+//   build/bin/flexjit_tests_runtime "[cliffs-full]"
+#include <catch2/catch.hpp>
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compiler/random_ir.h"
+#include "flexjit/compiler/mask.h"
+#include "jit/kernel_source.h"
+#include "runtime/ptxas_report.h"
+
+namespace {
+
+using flexjit::Variant;
+using flexjit::ir::Type;
+using flexjit::testing::RandomExpr;
+using flexjit::testing::RandomExprOptions;
+
+// Generated variants in the full set, and every kSampleStride-th of them in CI's sample.
+constexpr int kGeneratedVariants = 240;
+constexpr int kSampleStride = 40;
+// Cold compile target of one kernel (issue 29), in CPU seconds of the compiling thread (NVRTC
+// runs on the caller's thread; CPU time leaves out the other jobs of a shared machine), and the
+// limit checked: twice the target, as a loaded 2-core machine (ctest -j2 beside other builds)
+// made the same compiles take up to 1.3 times as long. Kernels over the target are listed.
+constexpr double kCompileSeconds = 3.0;
+constexpr double kCompileSecondsLimit = 2 * kCompileSeconds;
+
+// Generated variant `index`: a mask (half of them with an any/all at the limits) and, for
+// half, a score; both through the IR passes, as lowering runs them.
+Variant generated_variant(int index) {
+  RandomExprOptions options = flexjit::testing::mask_options(6);
+  // A per-head array instead of fdoc[b, kv]: the kernels meet `h` through it.
+  options.arrays[2] = {Type::Float, 2, "slopes", {"h"}};
+  RandomExpr random(29000 + static_cast<uint32_t>(index), options);
+  flexjit::ir::Expr mask;
+  switch (random.pick(4)) {
+    case 0:
+      mask = random.make(Type::Bool, 4);
+      break;
+    case 1:
+      mask = random.reduction(3);
+      break;
+    case 2:  // prefix_ranges' shape: causal || any(...)
+      mask = flexjit::ir::Or::make(
+          flexjit::ir::GE::make(flexjit::testing::q(), flexjit::testing::kv()),
+          random.reduction(3));
+      break;
+    default:
+      mask = flexjit::ir::And::make(random.make(Type::Bool, 3), random.reduction(2));
+      break;
+  }
+  flexjit::ir::Expr score;
+  if (random.pick(2) == 0) {
+    options.score = true;
+    RandomExpr scores(39000 + static_cast<uint32_t>(index), options);
+    score = flexjit::ir::run_passes(scores.make(Type::Float, 3));
+  }
+  Variant variant = flexjit::testing::random_variant(flexjit::ir::run_passes(mask), options, score);
+  variant.name = variant.mask_name = "generated" + std::to_string(index);
+  return variant;
+}
+
+// One kernel's compile, without Catch (the full set compiles on several threads).
+struct Outcome {
+  std::string name;
+  std::string mask;  // the mask and score, for the message
+  bool compiled = false;
+  std::string log;
+  flexjit::PtxasResources resources;
+  double seconds = 0.0;
+};
+
+double thread_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+Outcome compile(const Variant& variant, int head_dim, const std::string& arch) {
+  static const std::vector<flexjit::NvrtcHeader> headers = flexjit::template_headers();
+  flexjit::PrefillKernelConfig config;
+  config.head_dim = head_dim;
+  config.arch = arch;
+  const flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(variant, config);
+  Outcome outcome;
+  outcome.name = spec.name;
+  outcome.mask = "mask " + flexjit::ir::to_string(variant.mask).substr(0, 400);
+  if (variant.has_score()) {
+    outcome.mask += "\nscore " + flexjit::ir::to_string(variant.score).substr(0, 400);
+  }
+  std::vector<std::string> options = spec.options;
+  options.emplace_back(flexjit::kPtxasVerboseOption);
+  const double start = thread_seconds();
+  auto output = flexjit::nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, options);
+  outcome.seconds = thread_seconds() - start;
+  if (!output) {
+    outcome.log = output.error().message + "\n" + output.error().log;
+    return outcome;
+  }
+  outcome.log = output->log;
+  auto resources = flexjit::parse_ptxas_resources(output->log, spec.name);
+  if (!resources) {
+    outcome.log += "\n" + resources.error().message;
+    return outcome;
+  }
+  outcome.compiled = true;
+  outcome.resources = *resources;
+  return outcome;
+}
+
+// The plain causal mask's variant: each config's baseline. The mma.sync kernel spills at head
+// dim 256 whatever the mask (causal: 72 bytes on sm_80); a generated mask may not add to it.
+Variant causal_variant() {
+  Variant variant;
+  variant.name = variant.mask_name = "causal";
+  variant.mask = flexjit::ir::GE::make(flexjit::testing::q(), flexjit::testing::kv());
+  return variant;
+}
+
+// Kernels of the sample that issue 29 still has to fix (the rest of the issue's spills and
+// compile times, found by this test): each must still fail a check, so that the list shrinks
+// with every fix.
+const std::vector<std::string> kKnownCliffs = {
+    // (p * 3 < kv - 4) && any(i < 64: kv >= pos[i]), score 2.0: a key-level mask whose key
+    // terms read arrays in a loop (the producer computes them on sm_90a); spills.
+    "prefill_generated0_hd256_bf16_page16_sm90a",
+    "prefill_generated0_hd64_bf16_page16_sm80",
+    // A 14-term || chain with a score: spills beyond causal's at sm_80 hd256.
+    "prefill_generated40_hd256_bf16_page16_sm80",
+    // kv <= q - 4 && all(i < 64: kv / window == i) ...: spills; wgmma serialized on sm_90a.
+    "prefill_generated80_hd64_bf16_page16_sm90a",
+    "prefill_generated80_hd128_bf16_page16_sm90a",
+    "prefill_generated80_hd256_bf16_page16_sm90a",
+    "prefill_generated80_hd64_bf16_page16_sm80",
+    "prefill_generated80_hd256_bf16_page16_sm80",
+};
+
+// Compiles `variants` for every config on `threads` threads, then checks each kernel against
+// its config's causal baseline.
+void check_generated(const std::vector<int>& variants, unsigned threads,
+                     const std::vector<std::string>& known) {
+  struct Job {
+    int variant;  // -1: the causal baseline
+    int head_dim;
+    const char* arch;
+  };
+  std::vector<Job> jobs;
+  for (const int variant : variants) {
+    for (const char* arch : {"sm_90a", "sm_80"}) {
+      for (const int head_dim : {64, 128, 256})
+        jobs.push_back({variant, head_dim, arch});
+    }
+  }
+  const size_t baselines = jobs.size();
+  for (const char* arch : {"sm_90a", "sm_80"}) {
+    for (const int head_dim : {64, 128, 256})
+      jobs.push_back({-1, head_dim, arch});
+  }
+  std::vector<Outcome> outcomes(jobs.size());
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      const Variant variant =
+          jobs[i].variant < 0 ? causal_variant() : generated_variant(jobs[i].variant);
+      outcomes[i] = compile(variant, jobs[i].head_dim, jobs[i].arch);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < std::max(threads, 1u); ++t)
+    pool.emplace_back(work);
+  work();
+  for (std::thread& thread : pool)
+    thread.join();
+
+  double slowest = 0.0;
+  std::vector<std::string> failing;
+  for (size_t i = 0; i < baselines; ++i) {
+    const Outcome& outcome = outcomes[i];
+    const Outcome& baseline = outcomes[baselines + i % 6];
+    INFO(outcome.name << " (" << outcome.seconds << " s)\n" << outcome.mask << "\n" << outcome.log);
+    REQUIRE(outcome.compiled);
+    REQUIRE(baseline.compiled);
+    const bool clean =
+        outcome.resources.spill_store_bytes <= baseline.resources.spill_store_bytes &&
+        outcome.resources.spill_load_bytes <= baseline.resources.spill_load_bytes &&
+        !outcome.resources.wgmma_serialized && outcome.seconds <= kCompileSecondsLimit;
+    slowest = std::max(slowest, outcome.seconds);
+    if (!clean || outcome.seconds > kCompileSeconds) failing.push_back(outcome.name);
+    if (std::find(known.begin(), known.end(), outcome.name) != known.end()) {
+      CHECK_FALSE(clean);  // fixed: take it off the list
+      continue;
+    }
+    CHECK(outcome.resources.spill_store_bytes <= baseline.resources.spill_store_bytes);
+    CHECK(outcome.resources.spill_load_bytes <= baseline.resources.spill_load_bytes);
+    CHECK_FALSE(outcome.resources.wgmma_serialized);
+    CHECK(outcome.seconds <= kCompileSecondsLimit);
+  }
+  std::string names;
+  for (const std::string& name : failing)
+    names += "\n  " + name;
+  WARN(baselines << " kernels, " << failing.size() << " over a limit or the " << kCompileSeconds
+                 << " s target; slowest compile " << slowest << " CPU s" << names);
+}
+
+}  // namespace
+
+TEST_CASE("generated masks compile without spills, serialized wgmma or slow compiles (sample)",
+          "[cliffs]") {
+  std::vector<int> sample;
+  for (int i = 0; i < kGeneratedVariants; i += kSampleStride)
+    sample.push_back(i);
+  check_generated(sample, 1, kKnownCliffs);
+}
+
+TEST_CASE("generated masks compile without spills, serialized wgmma or slow compiles (all)",
+          "[.][cliffs-full]") {
+  std::vector<int> all;
+  for (int i = 0; i < kGeneratedVariants; ++i)
+    all.push_back(i);
+  check_generated(all, std::thread::hardware_concurrency(), {});
+}
