@@ -25,6 +25,7 @@
 
 #include "check/cpu_check.h"
 #include "check/paged_check.h"
+#include "flexjit/compiler/host_code.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/mask.h"
@@ -920,6 +921,8 @@ void add_kernel_options(CLI::App* command, KernelOptions& options, bool mask_req
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `hints`, `run --device cpu` and the checks load a mask's host code from the disk cache.
+  flexjit::set_default_host_code_store(flexjit::inspect::host_code_store());
   CLI::App app{"flexjit: attention masks compiled to paged attention kernels"};
   app.require_subcommand(1);
   std::string path;

@@ -21,7 +21,8 @@
 
 namespace flexjit {
 
-class KernelCache;  // jit/kernel_cache.h
+class KernelCache;    // jit/kernel_cache.h
+class HostCodeStore;  // flexjit/compiler/host_code.h
 
 // Everything that determines a kernel's cubin (together with the embedded templates and the
 // NVRTC version, which the cache adds).
@@ -141,6 +142,10 @@ struct ClearedDiskCache {
 std::optional<ClearedDiskCache> clear_disk_cache();
 // The version of the disk cache's entry format.
 uint32_t cache_format_version();
+// The disk cache's store for LLVM host code (runtime/jit/host_code_store.h), null without a
+// cache directory: what the CLI installs as make_host_code's default, so that `hints` and the
+// check harness load a mask's host code instead of compiling it in every process.
+std::shared_ptr<HostCodeStore> host_code_store();
 
 // A kernel cache of its own over a disk cache in `directory`, nothing dumped: what the compile
 // benchmark times cold compiles and disk hits with.

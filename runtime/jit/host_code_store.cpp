@@ -1,0 +1,26 @@
+#include "jit/host_code_store.h"
+
+namespace flexjit {
+
+Result<std::string> DiskHostCodeStore::object(std::string_view name, std::string_view key,
+                                              const std::function<Result<std::string>()>& build) {
+  auto loaded = disk_->get_or_build(name, key, [&]() -> Result<CacheEntry> {
+    auto object = build();
+    if (!object) return object.error();
+    return CacheEntry{.name = std::string(name), .cubin = std::move(*object), .log = {}};
+  });
+  if (!loaded) return loaded.error();
+  if (loaded->origin == DiskCache::Origin::Disk) ++disk_hits_;
+  return std::move(loaded->entry.cubin);
+}
+
+std::shared_ptr<HostCodeStore> host_code_store_from_environment() {
+  static const std::shared_ptr<HostCodeStore> store = []() -> std::shared_ptr<HostCodeStore> {
+    auto disk = DiskCache::from_environment();
+    if (!disk) return nullptr;
+    return std::make_shared<DiskHostCodeStore>(std::move(disk));
+  }();
+  return store;
+}
+
+}  // namespace flexjit
