@@ -4,10 +4,11 @@ namespace flexjit {
 
 Result<std::string> DiskHostCodeStore::object(std::string_view name, std::string_view key,
                                               const std::function<Result<std::string>()>& build) {
-  auto loaded = disk_->get_or_build(name, key, [&]() -> Result<CacheEntry> {
+  const std::string entry_name = std::string(kHostCodeEntryPrefix) + std::string(name);
+  auto loaded = disk_->get_or_build(entry_name, key, [&]() -> Result<CacheEntry> {
     auto object = build();
     if (!object) return object.error();
-    return CacheEntry{.name = std::string(name), .cubin = std::move(*object), .log = {}};
+    return CacheEntry{.name = entry_name, .cubin = std::move(*object), .log = {}};
   });
   if (!loaded) return loaded.error();
   if (loaded->origin == DiskCache::Origin::Disk) ++disk_hits_;

@@ -11,8 +11,9 @@
 
 namespace flexjit {
 
-// Entries are named "host_<variant>" (so `flexjit cache ls` tells them from kernels); an entry's
-// payload (CacheEntry::cubin) is the object file, its log empty.
+// Entries are named kHostCodeEntryPrefix + the variant's name, "host_sliding" (so `flexjit cache`
+// tells them from kernels); an entry's payload (CacheEntry::cubin) is the object file, its log
+// empty.
 class DiskHostCodeStore final : public HostCodeStore {
  public:
   explicit DiskHostCodeStore(std::shared_ptr<DiskCache> disk) : disk_(std::move(disk)) {}

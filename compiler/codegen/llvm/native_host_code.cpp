@@ -876,7 +876,7 @@ Result<std::shared_ptr<const HostCode>> compile_native_host_code(const Variant& 
     if (!object) return object.error();
     return load_object(variant, *machine_builder, *object);
   }
-  auto object = store->object("host_" + variant.name, host_code_key(variant, **target), build);
+  auto object = store->object(variant.name, host_code_key(variant, **target), build);
   if (!object) return object.error();
   auto code = load_object(variant, *machine_builder, *object);
   // A stored object that does not link (its checksum held, so it was written so) is not

@@ -89,6 +89,11 @@ struct PtxasResources {
 };
 
 // One disk cache entry as `flexjit cache ls` shows it.
+// The name of every disk cache entry that holds LLVM host code (an object file,
+// runtime/jit/host_code_store.h) starts with this, followed by the variant's name; the others
+// are kernels.
+inline constexpr std::string_view kHostCodeEntryPrefix = "host_";
+
 struct CacheFileInfo {
   std::string name;  // from the file name (sanitised kernel name)
   std::string key;
