@@ -1,5 +1,7 @@
 #include "jit/host_code_store.h"
 
+#include "jit/environment.h"
+
 namespace flexjit {
 
 Result<std::string> DiskHostCodeStore::object(std::string_view name, std::string_view key,
@@ -17,8 +19,10 @@ Result<std::string> DiskHostCodeStore::object(std::string_view name, std::string
 
 std::shared_ptr<HostCodeStore> host_code_store_from_environment() {
   static const std::shared_ptr<HostCodeStore> store = []() -> std::shared_ptr<HostCodeStore> {
+    // No directory: no store, and no warning here (the CLI makes the store for every command;
+    // the kernel cache warns when kernels are compiled).
+    if (environment().cache_dir.empty()) return nullptr;
     auto disk = DiskCache::from_environment();
-    if (!disk) return nullptr;
     return std::make_shared<DiskHostCodeStore>(std::move(disk));
   }();
   return store;
