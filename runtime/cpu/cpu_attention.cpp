@@ -15,6 +15,7 @@
 
 #include "cpu/float16.h"
 #include "flexjit/internal/supported.h"
+#include "jit/host_code_store.h"
 
 // The hot loops are written with GCC/Clang vector extensions (portable SIMD types, no
 // intrinsics) so that they compile to whatever vector width the target has. On x86-64 the
@@ -494,7 +495,7 @@ int32_t query_rows(const fj::PagedPrefillArgs& args, int request) {
 
 Result<std::shared_ptr<const CpuKernel>> make_cpu_kernel(const Variant& variant,
                                                          const PrefillKernelConfig& config) {
-  auto code = make_host_code(variant);
+  auto code = make_host_code(variant, true, host_code_store_from_environment());
   if (!code) return code.error();
   PrefillKernelConfig cpu_config = config;
   cpu_config.arch = "cpu";

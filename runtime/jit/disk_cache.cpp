@@ -226,7 +226,8 @@ void DiskCache::disable_writes(std::string_view why) {
   });
 }
 
-std::optional<CacheEntry> DiskCache::load(std::string_view name, std::string_view key) {
+std::optional<CacheEntry> DiskCache::load(std::string_view name, std::string_view key,
+                                          LogLevel bad_file_level) {
   const fs::path path = entry_path(name, key);
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) {
@@ -256,7 +257,7 @@ std::optional<CacheEntry> DiskCache::load(std::string_view name, std::string_vie
     entry = decode_cache_entry(key, bytes);
   }
   if (!entry) {
-    log(LogLevel::Warn, "ignoring cache entry {}: {}; rebuilding it", path.string(),
+    log(bad_file_level, "ignoring cache entry {}: {}; rebuilding it", path.string(),
         entry.error().message);
     return std::nullopt;
   }
@@ -304,8 +305,10 @@ bool DiskCache::store(std::string_view name, std::string_view key, const CacheEn
 
 Result<DiskCache::Loaded> DiskCache::get_or_build(
     std::string_view name, std::string_view key, const std::function<Result<CacheEntry>()>& build) {
+  bool looked = false;
   if (config_.read_entries) {
     if (auto entry = load(name, key)) return Loaded{std::move(*entry), Origin::Disk};
+    looked = true;
   }
   // The lock serialises builders of one key across processes: the first builds, the others
   // wait and then find its entry. flock is released when its holder dies, so a killed
@@ -327,7 +330,10 @@ Result<DiskCache::Loaded> DiskCache::get_or_build(
       if (locked == 0) lock.emplace(fd.release());
     }
     if (lock && config_.read_entries) {
-      if (auto entry = load(name, key)) return Loaded{std::move(*entry), Origin::Disk};
+      // A bad file found by the first look was reported there: one warning per rebuild.
+      if (auto entry = load(name, key, looked ? LogLevel::Debug : LogLevel::Warn)) {
+        return Loaded{std::move(*entry), Origin::Disk};
+      }
     }
   }
   Result<CacheEntry> built = build();

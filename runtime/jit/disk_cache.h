@@ -21,6 +21,7 @@
 
 #include "flexjit/compiler/result.h"
 #include "flexjit/internal/inspect.h"  // CacheFileInfo
+#include "jit/environment.h"           // LogLevel
 
 namespace flexjit {
 
@@ -83,8 +84,10 @@ class DiskCache {
   Result<Loaded> get_or_build(std::string_view name, std::string_view key,
                               const std::function<Result<CacheEntry>()>& build);
 
-  // A valid entry for `key`, recording the hit; nullopt on a miss or a bad file (logged).
-  std::optional<CacheEntry> load(std::string_view name, std::string_view key);
+  // A valid entry for `key`, recording the hit; nullopt on a miss or a bad file (logged at
+  // `bad_file_level`: get_or_build's second look logs the file it already warned of at Debug).
+  std::optional<CacheEntry> load(std::string_view name, std::string_view key,
+                                 LogLevel bad_file_level = LogLevel::Warn);
 
   // Publishes `entry` atomically; false (after the one warning) when the directory cannot be
   // written.

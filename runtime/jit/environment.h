@@ -4,7 +4,8 @@
 //                            $HOME/.cache/flexjit; no directory at all: memory-only caching
 //   FLEXJIT_CACHE_MAX_BYTES  size cap of the disk cache, bytes with an optional K, M or G
 //                            suffix (binary units); default 1G. Least recently used entries go.
-//   FLEXJIT_ALWAYS_COMPILE   non-empty and not "0": never read the disk cache (still write it)
+//   FLEXJIT_ALWAYS_COMPILE   non-empty and not "0": never read the disk cache, kernels nor host
+//                            code (still write it)
 //   FLEXJIT_DUMP_DIR         write each generated source (.cu) and its compile log (.log) here
 //   FLEXJIT_LOG              error | warn | info | debug (default warn); lines go to stderr
 //   FLEXJIT_NVRTC            path of the NVRTC library to load (libnvrtc.so.13); else NVIDIA's

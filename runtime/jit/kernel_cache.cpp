@@ -10,15 +10,12 @@
 #include <string_view>
 #include <utility>
 
+#include "flexjit/compiler/cache_key.h"
 #include "flexjit/internal/inspect.h"
 #include "jit/environment.h"
 #include "jit/log.h"
 #include "jit/nvrtc_compiler.h"
 #include "launch/cuda_driver.h"
-
-// Header-only xxHash: nothing to link, no libxxhash.so needed where the library runs.
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 namespace flexjit {
 namespace {
@@ -30,39 +27,6 @@ constexpr uint64_t kKeyFormatVersion = 1;
 
 // The CUDA launch limit on dynamic shared memory unless a function opts in to more.
 constexpr size_t kDefaultDynamicSmemLimit = 48 * 1024;
-
-// XXH3-128 over a sequence of fields, each prefixed by its length (8 bytes, little-endian),
-// so that no two different field sequences hash the same bytes.
-class KeyHasher {
- public:
-  KeyHasher() { XXH3_128bits_reset(&state_); }
-  KeyHasher(const KeyHasher& other) { XXH3_copyState(&state_, &other.state_); }
-  KeyHasher& operator=(const KeyHasher&) = delete;
-
-  void add_number(uint64_t value) {
-    unsigned char bytes[8];
-    for (int i = 0; i < 8; ++i)
-      bytes[i] = static_cast<unsigned char>(value >> (8 * i));
-    XXH3_128bits_update(&state_, bytes, sizeof(bytes));
-  }
-  void add_field(std::string_view bytes) {
-    add_number(bytes.size());
-    XXH3_128bits_update(&state_, bytes.data(), bytes.size());
-  }
-
-  std::string hex() const {
-    XXH128_canonical_t canonical;
-    XXH128_canonicalFromHash(&canonical, XXH3_128bits_digest(&state_));
-    std::string hex;
-    hex.reserve(2 * sizeof(canonical.digest));
-    for (unsigned char byte : canonical.digest)
-      fmt::format_to(std::back_inserter(hex), "{:02x}", byte);
-    return hex;
-  }
-
- private:
-  XXH3_state_t state_;
-};
 
 // The fields every key starts with, which do not change while the process runs: hashed once.
 const KeyHasher& key_prefix() {

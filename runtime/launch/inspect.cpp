@@ -5,6 +5,7 @@
 
 #include "jit/disk_cache.h"
 #include "jit/environment.h"
+#include "jit/host_code_store.h"
 #include "jit/kernel_cache.h"
 #include "jit/nvrtc_compiler.h"
 #include "launch/cuda_driver.h"
@@ -65,6 +66,10 @@ std::optional<ClearedDiskCache> clear_disk_cache() {
   const auto disk = DiskCache::from_environment();
   if (!disk) return std::nullopt;
   return ClearedDiskCache{disk->config().directory, disk->clear()};
+}
+
+std::shared_ptr<HostCodeStore> host_code_store() {
+  return host_code_store_from_environment();
 }
 
 uint32_t cache_format_version() {

@@ -1,6 +1,8 @@
 // The disk cache: entry format (pinned by a golden file), fault handling (corrupt, truncated,
 // foreign and garbage files; unwritable directories; a writer killed mid-write; eight
-// processes racing for one entry), eviction, and the environment that configures it.
+// processes racing for one entry), eviction, and the environment that configures it; and the
+// LLVM host code kept in it (host_code_store.h): hits across processes, the same faults, the
+// IR serialization its key hashes (pinned by a golden file).
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -18,9 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "flexjit/compiler/host_code.h"
 #include "jit/disk_cache.h"
 #include "jit/environment.h"
+#include "jit/host_code_store.h"
 #include "jit/kernel_cache.h"
+#include "standard_masks.h"
 
 using namespace flexjit;
 namespace fs = std::filesystem;
@@ -112,14 +117,11 @@ fs::path cli_path() {
   return fs::read_symlink("/proc/self/exe").parent_path() / "flexjit";
 }
 
-// Starts the CLI compiling the causal kernel into `cache_dir`, stderr to `log`; with
-// `file_size_limit`, the child is killed by SIGXFSZ when a file it writes grows beyond it.
-pid_t start_compile(const fs::path& cache_dir, const fs::path& log,
-                    std::optional<rlim_t> file_size_limit = std::nullopt) {
-  const std::string cli = cli_path().string();
-  const std::string mask_file = FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask";
-  std::vector<std::string> args = {cli,          "compile", mask_file, "--mask", "causal",
-                                   "--head-dim", "64",      "--arch",  "sm_80"};
+// Starts the CLI with `args` (after the program) and the cache in `cache_dir`, stderr to `log`;
+// with `file_size_limit`, the child is killed by SIGXFSZ when a file it writes grows beyond it.
+pid_t start_cli(std::vector<std::string> args, const fs::path& cache_dir, const fs::path& log,
+                std::optional<rlim_t> file_size_limit = std::nullopt) {
+  args.insert(args.begin(), cli_path().string());
   std::vector<std::string> env = {"FLEXJIT_CACHE_DIR=" + cache_dir.string(), "FLEXJIT_LOG=debug",
                                   "PATH=/usr/bin:/bin"};
   std::vector<char*> argv, envp;
@@ -145,6 +147,14 @@ pid_t start_compile(const fs::path& cache_dir, const fs::path& log,
     ::_exit(127);
   }
   return pid;
+}
+
+// Starts the CLI compiling the causal kernel into `cache_dir` (as start_cli).
+pid_t start_compile(const fs::path& cache_dir, const fs::path& log,
+                    std::optional<rlim_t> file_size_limit = std::nullopt) {
+  return start_cli({"compile", FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask", "--mask", "causal",
+                    "--head-dim", "64", "--arch", "sm_80"},
+                   cache_dir, log, file_size_limit);
 }
 
 int wait_status(pid_t pid) {
@@ -499,4 +509,205 @@ TEST_CASE("eight processes compiling one kernel at once write it once", "[disk_c
   REQUIRE(listed.size() == 1);
   CHECK(decode_cache_entry(listed[0].key, read_file(entries[0])).ok());
   CHECK(listed[0].hits == kProcesses - 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host code
+
+namespace {
+
+Variant standard_variant(const VariantSelection& selection) {
+  auto variant = lower_variant(testing::standard_masks(), selection);
+  REQUIRE(variant.ok());
+  return std::move(*variant);
+}
+
+std::shared_ptr<DiskHostCodeStore> host_store(const fs::path& directory) {
+  return std::make_shared<DiskHostCodeStore>(
+      std::make_shared<DiskCache>(DiskCacheConfig{.directory = directory}));
+}
+
+// `code` computes what the evaluator computes for `variant` on a few rows and tiles.
+void check_against_evaluator(const Variant& variant, const HostCode& code) {
+  auto reference = make_host_code(variant, false);
+  REQUIRE(reference.ok());
+  fj::MaskParams params{};
+  params.scalar[0] = 100;  // window
+  constexpr int32_t kKeys = 300;
+  for (const int32_t q : {0, 1, 150, 299}) {
+    std::vector<uint8_t> visible(kKeys), expected(kKeys);
+    code.mask_row(&params, 0, 1, q, 0, kKeys, visible.data());
+    (*reference)->mask_row(&params, 0, 1, q, 0, kKeys, expected.data());
+    CHECK(visible == expected);
+    std::vector<float> scores(kKeys, 3.5f), expected_scores(kKeys, 3.5f);
+    code.score_row(&params, 0, 1, q, 0, kKeys, scores.data());
+    (*reference)->score_row(&params, 0, 1, q, 0, kKeys, expected_scores.data());
+    CHECK(scores == expected_scores);
+  }
+  for (const Tile tile :
+       {Tile{0, 0, 0, 64, 0, 64}, Tile{0, 0, 128, 192, 0, 64}, Tile{0, 0, 0, 64, 128, 192}}) {
+    CHECK(code.classify(tile, &params) == (*reference)->classify(tile, &params));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("host code: a miss compiles and stores the object, the next process loads it",
+          "[disk_cache][host_code_cache]") {
+  if (!FLEXJIT_WITH_LLVM) {
+    WARN("built without LLVM: host code is the evaluator, nothing is cached");
+    return;
+  }
+  TempDir dir;
+  for (const VariantSelection& selection :
+       {VariantSelection{.name = "sliding"}, VariantSelection{.name = "gemma2_local"}}) {
+    INFO(selection.name);
+    const Variant variant = standard_variant(selection);
+    auto first_store = host_store(dir.path);
+    auto built = make_host_code(variant, true, first_store);
+    REQUIRE(built.ok());
+    CHECK((*built)->native());
+    CHECK(first_store->disk_hit_count() == 0);
+
+    auto second_store = host_store(dir.path);  // as in another process
+    auto loaded = make_host_code(variant, true, second_store);
+    REQUIRE(loaded.ok());
+    CHECK((*loaded)->native());
+    CHECK(second_store->disk_hit_count() == 1);
+    check_against_evaluator(variant, **loaded);
+  }
+  // One entry per variant, named after it, each read once.
+  const auto entries = DiskCache({.directory = dir.path}).list();
+  REQUIRE(entries.size() == 2);
+  for (const auto& entry : entries) {
+    CHECK((entry.name == "host_sliding" || entry.name == "host_gemma2_local"));
+    CHECK(entry.hits == 1);
+  }
+  CHECK(entries[0].key != entries[1].key);
+}
+
+TEST_CASE("host code: a corrupt, truncated or foreign entry is rebuilt with one warning",
+          "[disk_cache][host_code_cache]") {
+  if (!FLEXJIT_WITH_LLVM) {
+    WARN("built without LLVM: host code is the evaluator, nothing is cached");
+    return;
+  }
+  TempDir dir;
+  const Variant variant = standard_variant({.name = "causal_softcap"});
+  REQUIRE(make_host_code(variant, true, host_store(dir.path)).ok());
+  const auto entries = DiskCache({.directory = dir.path}).list();
+  REQUIRE(entries.size() == 1);
+  const fs::path path = entries[0].path;
+  const std::string good = read_file(path);
+  std::string flipped = good;
+  flipped[good.size() / 2] = static_cast<char>(flipped[good.size() / 2] ^ 1);
+  for (const std::string& bytes :
+       {std::string("garbage"), good.substr(0, good.size() - 100), flipped,
+        encode_cache_entry(kOtherKey, CacheEntry{.name = "host_causal_softcap", .cubin = "x"})}) {
+    write_file(path, bytes);
+    auto store = host_store(dir.path);
+    StderrCapture capture;
+    auto code = make_host_code(variant, true, store);
+    const std::string log = capture.text();
+    REQUIRE(code.ok());
+    CHECK(store->disk_hit_count() == 0);
+    CHECK(count_of(log, "ignoring cache entry") == 1);
+    check_against_evaluator(variant, **code);
+    CHECK(read_file(path) == good);  // rebuilt, byte for byte
+  }
+  auto store = host_store(dir.path);
+  REQUIRE(make_host_code(variant, true, store).ok());
+  CHECK(store->disk_hit_count() == 1);
+}
+
+TEST_CASE("host code: an unwritable cache directory degrades to no cache with one warning",
+          "[disk_cache][host_code_cache]") {
+  if (!FLEXJIT_WITH_LLVM) {
+    WARN("built without LLVM: host code is the evaluator, nothing is cached");
+    return;
+  }
+  TempDir dir;
+  write_file(dir.path / "file", "x");  // a directory under a file cannot be made, even by root
+  auto store = host_store(dir.path / "file" / "cache");
+  const Variant variant = standard_variant({.name = "prefix_lm"});
+  StderrCapture capture;
+  for (int i = 0; i < 2; ++i) {
+    auto code = make_host_code(variant, true, store);
+    REQUIRE(code.ok());
+    CHECK((*code)->native());
+    check_against_evaluator(variant, **code);
+  }
+  CHECK(store->disk_hit_count() == 0);
+  CHECK(count_of(capture.text(), "caching in memory only") == 1);
+}
+
+TEST_CASE("host code: the IR its key hashes is canonical and matches the golden file",
+          "[disk_cache][host_code_cache][golden]") {
+  const fs::path golden = FLEXJIT_SOURCE_DIR "/tests/runtime/golden/host_code_ir_v1.bin";
+  // A module of its own, so that the standard library may change without touching the file.
+  std::vector<dsl::Diagnostic> diagnostics;
+  const dsl::Module module = dsl::parse_and_check({"golden.mask", R"(
+param window: int
+param slopes: float[h]
+const cap: float = 50.0
+mask sliding = q >= kv && q - kv < window && (q - kv) % 2 != 1
+score softcap = cap * tanh(score / cap) - slopes[h] * float(q - kv)
+variant v = sliding with softcap
+)"},
+                                                  diagnostics);
+  REQUIRE(diagnostics.empty());
+  auto golden_variant = lower_variant(module, {.name = "v"});
+  REQUIRE(golden_variant.ok());
+  const std::string bytes = host_code_ir_bytes(*golden_variant);
+  if (bytes != read_file(golden)) {
+    const fs::path actual = fs::temp_directory_path() / "host_code_ir.bin.actual";
+    write_file(actual, bytes);
+    FAIL(
+        "the host code's IR serialization changed: bump kHostCodeKeyVersion "
+        "(compiler/codegen/llvm/native_host_code.cpp), update docs/cache.md and copy "
+        << actual << " to " << golden << " (renamed for the new version)");
+  }
+  // The encoding documented in host_code.h, read independently of the writer: nodes operands
+  // first, each kind, type, then its leaf's payload (here Var q, Int), immediates by their bits.
+  CHECK(bytes.substr(0, 4) == std::string("\x03\x01\x02\x00", 4));  // Var, Int, q, no operands
+  CHECK(bytes.find(std::string("\x01\x02\x00\x00\x48\x42", 6)) != bytes.npos);  // 50.0f
+  // Lowered again: the same bytes; anything the code depends on changed: other bytes.
+  const std::string gemma2_local = host_code_ir_bytes(standard_variant({.name = "gemma2_local"}));
+  CHECK(host_code_ir_bytes(standard_variant({.name = "gemma2_local"})) == gemma2_local);
+  const std::vector<std::string> others = {
+      gemma2_local,
+      host_code_ir_bytes(standard_variant({.name = "sliding"})),
+      host_code_ir_bytes(standard_variant({.name = "gemma2_global"})),
+      host_code_ir_bytes(standard_variant({.name = "gemma2_local", .defines = {{"cap", "30.0"}}})),
+      host_code_ir_bytes(standard_variant({.name = "sliding", .score = "alibi"})),
+  };
+  for (size_t i = 0; i < others.size(); ++i) {
+    INFO("variant " << i);
+    for (size_t j = 0; j < i; ++j)
+      CHECK(others[i] != others[j]);
+  }
+}
+
+TEST_CASE("a second `flexjit hints` loads the mask's host code from the disk cache",
+          "[disk_cache][host_code_cache][process]") {
+  if (!FLEXJIT_WITH_LLVM) {
+    WARN("built without LLVM: host code is the evaluator, nothing is cached");
+    return;
+  }
+  TempDir dir;
+  REQUIRE(fs::exists(cli_path()));
+  const std::vector<std::string> hints = {"hints",  FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask",
+                                          "--mask", "sliding",
+                                          "--set",  "window=100"};
+  for (int run = 0; run < 2; ++run) {
+    const fs::path log = dir.path / fmt::format("{}.log", run);
+    const int status = wait_status(start_cli(hints, dir.path / "cache", log));
+    INFO(read_file(log));
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  const auto entries = DiskCache({.directory = dir.path / "cache"}).list();
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].name == "host_sliding");
+  CHECK(entries[0].hits == 1);
 }

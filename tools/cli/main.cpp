@@ -25,6 +25,7 @@
 
 #include "check/cpu_check.h"
 #include "check/paged_check.h"
+#include "flexjit/compiler/host_code.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/mask.h"
@@ -691,15 +692,18 @@ int command_cache(const std::string& action, bool json) {
   const std::vector<flexjit::CacheFileInfo>& entries = disk->entries;
   uint64_t bytes = 0;
   uint64_t hits = 0;
+  size_t host_code = 0;  // LLVM host code's object files; the other entries are kernels
   for (const auto& entry : entries) {
     bytes += entry.bytes;
     hits += entry.hits;
+    host_code += entry.name.starts_with(flexjit::kHostCodeEntryPrefix) ? 1 : 0;
   }
   if (action == "stats") {
     if (json) {
       fmt::print("{}\n",
                  nlohmann::json{{"directory", dir.string()},
                                 {"entries", entries.size()},
+                                {"host_code_entries", host_code},
                                 {"bytes", bytes},
                                 {"max_bytes", disk->max_bytes},
                                 {"hits", hits},
@@ -708,7 +712,8 @@ int command_cache(const std::string& action, bool json) {
       return 0;
     }
     fmt::print("directory       {}\n", dir.string());
-    fmt::print("entries         {}\n", entries.size());
+    fmt::print("entries         {} ({} kernels, {} host code)\n", entries.size(),
+               entries.size() - host_code, host_code);
     fmt::print("size            {} of {} ({:.1f}%)\n", human_bytes(bytes),
                human_bytes(disk->max_bytes), 100.0 * bytes / disk->max_bytes);
     fmt::print("disk hits       {}\n", hits);
@@ -718,13 +723,15 @@ int command_cache(const std::string& action, bool json) {
   if (json) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& entry : entries) {
-      list.push_back({{"name", entry.name},
-                      {"key", entry.key},
-                      {"path", entry.path.string()},
-                      {"bytes", entry.bytes},
-                      {"age_seconds", age_seconds(entry.written)},
-                      {"last_used_seconds", age_seconds(entry.last_used)},
-                      {"hits", entry.hits}});
+      list.push_back(
+          {{"name", entry.name},
+           {"kind", entry.name.starts_with(flexjit::kHostCodeEntryPrefix) ? "host_code" : "kernel"},
+           {"key", entry.key},
+           {"path", entry.path.string()},
+           {"bytes", entry.bytes},
+           {"age_seconds", age_seconds(entry.written)},
+           {"last_used_seconds", age_seconds(entry.last_used)},
+           {"hits", entry.hits}});
     }
     fmt::print("{}\n", list.dump(2));
     return 0;
@@ -920,6 +927,8 @@ void add_kernel_options(CLI::App* command, KernelOptions& options, bool mask_req
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `hints`, `run --device cpu` and the checks load a mask's host code from the disk cache.
+  flexjit::set_default_host_code_store(flexjit::inspect::host_code_store());
   CLI::App app{"flexjit: attention masks compiled to paged attention kernels"};
   app.require_subcommand(1);
   // The runtime's version (fj_runtime_version, FJ_VERSION of flexjit.h), "flexjit 0.4.0".

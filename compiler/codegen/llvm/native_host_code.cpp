@@ -18,7 +18,11 @@
 // HostCode::classify and HostCode::kv_range.
 #include "native_host_code.h"
 
+#include <elf.h>
 #include <fmt/format.h>
+#include <link.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
@@ -28,21 +32,26 @@
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "analysis/analysis.h"
+#include "flexjit/compiler/cache_key.h"
 #include "native_analysis.h"
 
 // The functions generated code calls, around the very fj_ops.cuh functions that the evaluator
@@ -700,46 +709,103 @@ void optimize(llvm::Module& module, llvm::TargetMachine& target) {
   builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, modules);
 }
 
-}  // namespace
+// Bump when the key's fields or their encoding change (host_code_key), and with them the golden
+// file of tests/compiler/golden/. Changes to the code generator need no bump: the generator's
+// build ID is hashed.
+constexpr uint64_t kHostCodeKeyVersion = 1;
 
-Result<std::shared_ptr<const HostCode>> compile_native_host_code(const Variant& variant) {
-  static std::once_flag initialized;
-  std::call_once(initialized, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
+// The GNU build ID of the binary this generator is linked into (the executable or the shared
+// library), in hex: it changes whenever the generator's code may have, so an object file built
+// by another flexjit is never loaded. Empty when the binary has none (linked without
+// --build-id): then nothing is cached.
+const std::string& generator_build_id() {
+  static const std::string id = [] {
+    struct Search {
+      uintptr_t address;
+      std::string id;
+    } search{reinterpret_cast<uintptr_t>(&generator_build_id), {}};
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* data) -> int {
+          auto* search = static_cast<Search*>(data);
+          const auto segments = std::span(info->dlpi_phdr, info->dlpi_phnum);
+          const bool ours = std::any_of(segments.begin(), segments.end(), [&](const auto& segment) {
+            const uintptr_t start = info->dlpi_addr + segment.p_vaddr;
+            return segment.p_type == PT_LOAD && search->address >= start &&
+                   search->address - start < segment.p_memsz;
+          });
+          if (!ours) return 0;
+          for (const auto& segment : segments) {
+            if (segment.p_type != PT_NOTE) continue;
+            const char* note = reinterpret_cast<const char*>(info->dlpi_addr + segment.p_vaddr);
+            const char* end = note + segment.p_memsz;
+            while (note + sizeof(ElfW(Nhdr)) <= end) {
+              const auto* header = reinterpret_cast<const ElfW(Nhdr)*>(note);
+              const char* name = note + sizeof(ElfW(Nhdr));
+              const char* desc = name + ((header->n_namesz + 3) & ~3u);
+              if (header->n_type == NT_GNU_BUILD_ID && header->n_namesz == 4 &&
+                  std::memcmp(name, "GNU", 4) == 0) {
+                for (const char byte : std::string_view(desc, header->n_descsz))
+                  search->id += fmt::format("{:02x}", static_cast<unsigned char>(byte));
+                return 1;
+              }
+              note = desc + ((header->n_descsz + 3) & ~3u);
+            }
+          }
+          return 1;
+        },
+        &search);
+    return search.id;
+  }();
+  return id;
+}
 
-  auto machine_builder = llvm::orc::JITTargetMachineBuilder::detectHost();
-  if (!machine_builder) {
-    return Error{"LLVM: no host target: " + error_text(machine_builder.takeError())};
-  }
-  // The language never fuses a multiply and an add (fj_ops.cuh): say so to the code generator
-  // too, whatever its default.
-  machine_builder->getOptions().AllowFPOpFusion = llvm::FPOpFusion::Strict;
-  machine_builder->setCodeGenOptLevel(llvm::CodeGenOpt::Default);
-  auto target = machine_builder->createTargetMachine();
-  if (!target) return Error{"LLVM: " + error_text(target.takeError())};
+// The store's key for `variant`'s object file: KeyHasher over the key version, what made the
+// code (LLVM's version, the generator's build ID), what it runs on (the target triple, CPU and
+// features) and the variant's IR (host_code_ir_bytes).
+std::string host_code_key(const Variant& variant, const llvm::TargetMachine& target) {
+  KeyHasher hasher;
+  hasher.add_number(kHostCodeKeyVersion);
+  hasher.add_field("host code");
+  hasher.add_field(LLVM_VERSION_STRING);
+  hasher.add_field(generator_build_id());
+  hasher.add_field(target.getTargetTriple().str());
+  hasher.add_field(target.getTargetCPU());
+  hasher.add_field(target.getTargetFeatureString());
+  hasher.add_field(host_code_ir_bytes(variant));
+  return hasher.hex();
+}
 
-  auto context = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>("flexjit_" + variant.name, *context);
-  module->setDataLayout((*target)->createDataLayout());
-  module->setTargetTriple((*target)->getTargetTriple().str());
-  RowWriter(*module, RowKind::Mask, mask_of(variant)).write(kMaskRowName, **target);
+// The variant's functions as an object file for `target`: IR, verification, O2, machine code.
+Result<std::string> compile_object(const Variant& variant, llvm::TargetMachine& target) {
+  llvm::LLVMContext context;
+  llvm::Module module("flexjit_" + variant.name, context);
+  module.setDataLayout(target.createDataLayout());
+  module.setTargetTriple(target.getTargetTriple().str());
+  RowWriter(module, RowKind::Mask, mask_of(variant)).write(kMaskRowName, target);
   if (variant.has_score()) {
-    RowWriter(*module, RowKind::Score, variant.score).write(kScoreRowName, **target);
+    RowWriter(module, RowKind::Score, variant.score).write(kScoreRowName, target);
   }
   // The mask's interval program, as MaskAnalysis builds it (the plans are not kept: the code
   // holds all it needs).
-  write_analysis(*module, **target, MaskAnalysis(variant).plans()->program);
+  write_analysis(module, target, MaskAnalysis(variant).plans()->program);
   std::string problems;
   llvm::raw_string_ostream problem_stream(problems);
-  if (llvm::verifyModule(*module, &problem_stream)) {
+  if (llvm::verifyModule(module, &problem_stream)) {
     return Error{fmt::format("LLVM: generated invalid IR for `{}`", variant.name),
                  problem_stream.str()};
   }
-  optimize(*module, **target);
+  optimize(module, target);
+  auto object = llvm::orc::SimpleCompiler(target)(module);
+  if (!object) return Error{"LLVM: " + error_text(object.takeError())};
+  return std::string((*object)->getBuffer());
+}
 
-  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*machine_builder).create();
+// A JIT holding `object`, its calls to the host functions bound; the functions looked up, which
+// links the object, so that errors surface here, not in a call.
+Result<std::shared_ptr<const HostCode>> load_object(
+    const Variant& variant, const llvm::orc::JITTargetMachineBuilder& machine,
+    std::string_view object) {
+  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(machine).create();
   if (!jit) return Error{"LLVM: cannot create the JIT: " + error_text(jit.takeError())};
   llvm::orc::MangleAndInterner mangle((*jit)->getExecutionSession(), (*jit)->getDataLayout());
   llvm::orc::SymbolMap symbols;
@@ -755,11 +821,10 @@ Result<std::shared_ptr<const HostCode>> compile_native_host_code(const Variant& 
           (*jit)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(symbols)))) {
     return Error{"LLVM: " + error_text(std::move(error))};
   }
-  if (llvm::Error error =
-          (*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context)))) {
+  if (llvm::Error error = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(
+          llvm::StringRef(object.data(), object.size()), "flexjit_" + variant.name))) {
     return Error{"LLVM: " + error_text(std::move(error))};
   }
-  // Looking a function up compiles the module, so that errors surface here, not in a call.
   NativeFunctions functions;
   std::string lookup_error;
   const auto find = [&]<class F>(F*& function, const char* name) {
@@ -778,6 +843,50 @@ Result<std::shared_ptr<const HostCode>> compile_native_host_code(const Variant& 
   }
   return std::shared_ptr<const HostCode>(
       std::make_shared<const NativeHostCode>(std::move(*jit), functions));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const HostCode>> compile_native_host_code(const Variant& variant,
+                                                                 HostCodeStore* store) {
+  static std::once_flag initialized;
+  std::call_once(initialized, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+
+  auto machine_builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!machine_builder) {
+    return Error{"LLVM: no host target: " + error_text(machine_builder.takeError())};
+  }
+  // The language never fuses a multiply and an add (fj_ops.cuh): say so to the code generator
+  // too, whatever its default.
+  machine_builder->getOptions().AllowFPOpFusion = llvm::FPOpFusion::Strict;
+  machine_builder->setCodeGenOptLevel(llvm::CodeGenOpt::Default);
+  auto target = machine_builder->createTargetMachine();
+  if (!target) return Error{"LLVM: " + error_text(target.takeError())};
+
+  bool built = false;
+  const auto build = [&]() -> Result<std::string> {
+    built = true;
+    return compile_object(variant, **target);
+  };
+  if (store == nullptr || generator_build_id().empty()) {
+    auto object = build();
+    if (!object) return object.error();
+    return load_object(variant, *machine_builder, *object);
+  }
+  auto object = store->object(variant.name, host_code_key(variant, **target), build);
+  if (!object) return object.error();
+  auto code = load_object(variant, *machine_builder, *object);
+  // A stored object that does not link (its checksum held, so it was written so) is not
+  // trusted further: built here instead.
+  if (!code && !built) {
+    object = build();
+    if (!object) return object.error();
+    code = load_object(variant, *machine_builder, *object);
+  }
+  return code;
 }
 
 }  // namespace flexjit

@@ -18,7 +18,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "fj_ops.cuh"
 #include "flexjit/compiler/mask.h"
@@ -66,12 +69,40 @@ class HostCode {
   virtual bool native() const = 0;
 };
 
+// Where compiled host code is kept between processes: an object file per key. The compiler asks
+// and offers; the runtime's disk cache implements it (runtime/jit/host_code_store.h), so that the
+// compiler does not depend on the runtime (docs/cache.md, "Host code").
+class HostCodeStore {
+ public:
+  virtual ~HostCodeStore() = default;
+
+  // The object file stored under `key` (32 hex digits; `name` names it for people), or, on a
+  // miss, the one `build` makes, which is then stored. Only `build`'s errors are returned: a
+  // store that cannot read or write costs a build, never a failure. Thread-safe.
+  virtual Result<std::string> object(std::string_view name, std::string_view key,
+                                     const std::function<Result<std::string>()>& build) = 0;
+};
+
+// The store make_host_code uses unless told otherwise: none until a tool or the runtime installs
+// one (the CLI installs the disk cache the environment names). Thread-safe.
+void set_default_host_code_store(std::shared_ptr<HostCodeStore> store);
+std::shared_ptr<HostCodeStore> default_host_code_store();
+
 // Host code for `variant` (a copy of what it needs is kept: the variant may go away). With
-// `prefer_native` and flexjit built with LLVM, compiles the mask and the score to native code;
-// a failure to compile (no usable host target, an LLVM error) is returned as an error, never a
-// crash. Without LLVM, or with `prefer_native = false` (tests, benchmarks, the differential
-// baseline), the IR evaluator. Thread-safe: variants may be compiled concurrently.
-Result<std::shared_ptr<const HostCode>> make_host_code(const Variant& variant,
-                                                       bool prefer_native = true);
+// `prefer_native` and flexjit built with LLVM, compiles the mask and the score to native code,
+// or loads the object file `store` holds for them (host_code_key); a failure to compile (no
+// usable host target, an LLVM error) is returned as an error, never a crash. Without LLVM, or
+// with `prefer_native = false` (tests, benchmarks, the differential baseline), the IR
+// evaluator. `store` may be null: compiled in this process. Thread-safe: variants may be
+// compiled concurrently.
+Result<std::shared_ptr<const HostCode>> make_host_code(
+    const Variant& variant, bool prefer_native = true,
+    const std::shared_ptr<HostCodeStore>& store = default_host_code_store());
+
+// The variant's IR as the host code key hashes it: every field that the generated code depends
+// on (mask, score, scalar and array params with their types and dimensions, constants), in a
+// fixed order, integers little-endian, strings length-prefixed, each IR node once (a DAG in
+// post-order, operands by index). Pinned by tests/compiler/golden/.
+std::string host_code_ir_bytes(const Variant& variant);
 
 }  // namespace flexjit

@@ -21,7 +21,8 @@
 
 namespace flexjit {
 
-class KernelCache;  // jit/kernel_cache.h
+class KernelCache;    // jit/kernel_cache.h
+class HostCodeStore;  // flexjit/compiler/host_code.h
 
 // Everything that determines a kernel's cubin (together with the embedded templates and the
 // NVRTC version, which the cache adds).
@@ -88,6 +89,11 @@ struct PtxasResources {
 };
 
 // One disk cache entry as `flexjit cache ls` shows it.
+// The name of every disk cache entry that holds LLVM host code (an object file,
+// runtime/jit/host_code_store.h) starts with this, followed by the variant's name; the others
+// are kernels.
+inline constexpr std::string_view kHostCodeEntryPrefix = "host_";
+
 struct CacheFileInfo {
   std::string name;  // from the file name (sanitised kernel name)
   std::string key;
@@ -141,6 +147,10 @@ struct ClearedDiskCache {
 std::optional<ClearedDiskCache> clear_disk_cache();
 // The version of the disk cache's entry format.
 uint32_t cache_format_version();
+// The disk cache's store for LLVM host code (runtime/jit/host_code_store.h), null without a
+// cache directory: what the CLI installs as make_host_code's default, so that `hints` and the
+// check harness load a mask's host code instead of compiling it in every process.
+std::shared_ptr<HostCodeStore> host_code_store();
 
 // A kernel cache of its own over a disk cache in `directory`, nothing dumped: what the compile
 // benchmark times cold compiles and disk hits with.
