@@ -174,6 +174,15 @@ class PageTest(unittest.TestCase):
         self.assertIn("| empty op (floor) | 5.000 us | 4.500 us | — |", page)
         self.assertIn("≤ 5 us: 6.000 missed ✗", line_of(page, "| launch |"))
 
+    def test_block_mask_builds_and_first_calls_beside_the_kernel(self):
+        rows = [row("family_8k_modular", "flexjit page 16", 2.0, tflops=100.0)]
+        metadata = [{"workload": "family_8k_modular", "kernel_ms": 2.0, "block_mask_ms": 4.25,
+                     "fa4_block_sparsity_ms": 0.125, "fa4_compile_s": 9.5}]
+        page = R.render({"family_8k": {"meta": META, "rows": rows, "metadata": metadata}})
+        self.assertIn("| family_8k_modular | 2.000 | 4.25 | 0.12 | 9.5 |", page)
+        # A family whose run built no block masks gets no such table.
+        self.assertNotIn("create_block_mask", self.page)
+
     def test_peer_notes_are_listed(self):
         self.assertIn("- sdpa flash on prefill_causal_16k: n/a: mask/score or ragged batch "
                       "not expressible", self.page)

@@ -358,6 +358,34 @@ def measure_table(family, result):
     return lines, tally
 
 
+# Per-batch work a peer needs beside its kernel, from bench.py's metadata rows: shown under a
+# family's table when the run measured it. (field, column title, digits)
+SETUP_COLUMNS = [
+    ("kernel_ms", "flexjit kernel (ms)", 3),
+    ("block_mask_ms", "flex create_block_mask (ms)", 2),
+    ("fa4_block_sparsity_ms", "FA4 block sparsity (ms)", 2),
+    ("fa4_compile_s", "FA4 first call (s)", 1),
+]
+
+
+def setup_table(result):
+    """The per-batch block-mask builds and FA4's first-call compile beside flexjit's kernel, or
+    no lines when the run measured none of them."""
+    entries = [e for e in result.get("metadata", [])
+               if any(e.get(field) is not None for field, _, _ in SETUP_COLUMNS[1:])]
+    if not entries:
+        return []
+    lines = ["", "Built per batch and timed apart from the kernels above (FA4's first call "
+             "includes its compile):", "",
+             _row(["workload"] + [title for _, title, _ in SETUP_COLUMNS]),
+             "|" + "---|" * (1 + len(SETUP_COLUMNS))]
+    for entry in entries:
+        lines.append(_row([entry["workload"]] + [
+            f"{entry[field]:.{digits}f}" if entry.get(field) is not None else NA
+            for field, _, digits in SETUP_COLUMNS]))
+    return lines
+
+
 def family_section(family, result):
     entry = FAMILIES.get(family, {})
     title = entry.get("title", family)
@@ -386,6 +414,7 @@ def family_section(family, result):
                   "peer's whole output against flexjit's (max |difference| ÷ max |flexjit|)." +
                   (f" Also {METRICS[extra][0]}." if extra else ""), ""]
         table, tally = comparison_table(family, result, metric, extra)
+        table += setup_table(result)
     return lines + table + [""], tally
 
 
