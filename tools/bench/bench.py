@@ -64,6 +64,7 @@ sys.path.insert(0, str(REPO / "tools" / "python"))
 
 import fa4_peer  # noqa: E402  (imports nothing heavy until load())
 import workloads as W  # noqa: E402
+from results_page import git_commit  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -745,19 +746,6 @@ def raise_dynamo_limits():
                         ("accumulated_recompile_limit", 8192)):
         if hasattr(config, name):
             setattr(config, name, value)
-
-
-def git_commit():
-    if os.environ.get("FLEXJIT_COMMIT"):
-        return os.environ["FLEXJIT_COMMIT"]
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"],
-                               capture_output=True, text=True).stdout.strip()
-        return commit + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv=None):

@@ -27,18 +27,19 @@ Prints a table with the targets and writes {"meta": ..., "rows": [...]} with --j
 import argparse
 import datetime
 import json
-import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tools" / "python"))
+sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
+
+from results_page import git_commit  # noqa: E402
 
 import flexjit  # noqa: E402
 
@@ -49,20 +50,6 @@ NUM_REQS, SEQ_LEN = 4, 64
 # relative to the floor measured in the same run.
 TARGETS = {"overhead_full_call": 20.0, "overhead_prepared_launch": 5.0}
 TORCH_OP_MARGIN = 10.0
-
-
-def git_commit():
-    # As bench.py's (not imported: bench.py loads the workloads and sets up its harness).
-    if os.environ.get("FLEXJIT_COMMIT"):
-        return os.environ["FLEXJIT_COMMIT"]
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"],
-                               capture_output=True, text=True).stdout.strip()
-        return commit + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def host_us(fn, *, burst, bursts, sync):

@@ -22,6 +22,7 @@ import argparse
 import datetime
 import fnmatch
 import json
+import os
 import pathlib
 import platform
 import subprocess
@@ -451,6 +452,10 @@ def render(results):
 # --- commands ------------------------------------------------------------------------------------
 
 def git_commit():
+    """The commit a run measured: $FLEXJIT_COMMIT when set (a copy of the tree whose .git is not
+    the tree's, as on the GPU machine), else HEAD, with "+dirty" for uncommitted changes."""
+    if os.environ.get("FLEXJIT_COMMIT"):
+        return os.environ["FLEXJIT_COMMIT"]
     try:
         commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True, check=True).stdout.strip()
