@@ -18,7 +18,7 @@ runs after warm-up, inputs rotated among copies so L2 does not flatter); prints 
 Every figure of a workload comes from this one process.
 
 FA4 (flash-attn-4, CuTe DSL) is optional: fa4_peer.py imports it from $FA4_SITE (default
-/tmp/fa4site, unpacked as ../shared/peers/fa4/README.md says); without it its rows read n/a
+/tmp/fa4site, unpacked as docs/python.md says); without it its rows read n/a
 with the reason.
 
 JSON (--json): {"meta": ..., "rows": [...], "metadata": [...]}. A row is one (workload,

@@ -1,7 +1,7 @@
 """FlashAttention-4 (CuTe DSL, `flash-attn-4` on PyPI) as a peer of bench.py (issue 28).
 
 Optional and loaded lazily: load() imports it from $FA4_SITE (default /tmp/fa4site, unpacked as
-../shared/peers/fa4/README.md says) or from the environment, and raises Unavailable with the
+docs/python.md says) or from the environment, and raises Unavailable with the
 reason when it cannot; bench.py then shows the FA4 rows as n/a and runs the rest.
 
 What FA4 runs, per workload (plan()):
