@@ -113,13 +113,7 @@ Result<PagedCheckReport> run_cpu_paged_check(fj_context* context, const fj_progr
   selection.defines = config.defines;
   auto variant = program_variant(*program, selection);
   if (!variant) return variant.error();
-  if (config.arrays.empty() && !program->arrays.empty()) {
-    int max_seq_len = 0;
-    for (size_t r = 0; r < config.query_lens.size() && r < config.context_lens.size(); ++r)
-      max_seq_len = std::max(max_seq_len, config.query_lens[r] + config.context_lens[r]);
-    config.arrays = random_arrays(program->arrays, static_cast<int>(config.query_lens.size()),
-                                  config.num_heads, max_seq_len, config.seed);
-  }
+  fill_random_arrays(config, program->arrays);
   auto inputs = make_paged_inputs(config);
   if (!inputs) return inputs.error();
   auto outputs = run_cpu_launch(context, program, config, *inputs);

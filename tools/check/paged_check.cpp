@@ -119,14 +119,7 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
     return Error{fmt::format("{} scalar runtime parameters given, the program declares {}",
                              config.params.size(), program->scalars.size())};
   }
-  if (config.arrays.empty() && !program->arrays.empty()) {
-    int max_seq_len = 0;
-    for (size_t r = 0; r < config.query_lens.size() && r < config.context_lens.size(); ++r) {
-      max_seq_len = std::max(max_seq_len, config.query_lens[r] + config.context_lens[r]);
-    }
-    config.arrays = random_arrays(program->arrays, static_cast<int>(config.query_lens.size()),
-                                  config.num_heads, max_seq_len, config.seed);
-  }
+  fill_random_arrays(config, program->arrays);
   if (config.arrays.size() != program->arrays.size()) {
     return Error{fmt::format("{} array runtime parameters given, the program declares {}",
                              config.arrays.size(), program->arrays.size())};

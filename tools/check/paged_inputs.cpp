@@ -366,4 +366,14 @@ fj_kernel_desc kernel_desc(const PagedCheckConfig& config, std::vector<fj_define
   desc.arch = config.arch.empty() ? nullptr : config.arch.c_str();
   return desc;
 }
+
+void fill_random_arrays(PagedCheckConfig& config, const std::vector<RuntimeParam>& arrays) {
+  if (!config.arrays.empty() || arrays.empty()) return;
+  int max_seq_len = 0;
+  for (size_t r = 0; r < config.query_lens.size() && r < config.context_lens.size(); ++r)
+    max_seq_len = std::max(max_seq_len, config.query_lens[r] + config.context_lens[r]);
+  config.arrays = random_arrays(arrays, static_cast<int>(config.query_lens.size()),
+                                config.num_heads, max_seq_len, config.seed);
+}
+
 }  // namespace flexjit

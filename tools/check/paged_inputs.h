@@ -116,6 +116,10 @@ fj_varlen_attention_args varlen_args(const fj_paged_attention_args& paged,
 std::vector<HostArray> random_arrays(const std::vector<RuntimeParam>& arrays, int num_reqs,
                                      int num_heads, int max_seq_len, uint64_t seed);
 
+// When `config` gives no arrays and the program declares some, random_arrays of its requests,
+// heads and longest sequence, from config.seed.
+void fill_random_arrays(PagedCheckConfig& config, const std::vector<RuntimeParam>& arrays);
+
 // The kernel description of `config`; `defines` holds the fj_define array it points to (and
 // `config` the strings), so both must outlive the description.
 fj_kernel_desc kernel_desc(const PagedCheckConfig& config, std::vector<fj_define>& defines);
