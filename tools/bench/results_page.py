@@ -469,13 +469,13 @@ def git_commit():
 
 def cpu_name():
     try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cores = sum(1 for other in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
-                            if other.startswith("processor"))
-                return f"{line.split(':', 1)[1].strip()} ({cores} cores)"
+        lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        return platform.processor() or "unknown CPU"
+    cores = sum(1 for line in lines if line.startswith("processor"))
+    for line in lines:
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()} ({cores} cores)"
     return platform.processor() or "unknown CPU"
 
 
