@@ -171,7 +171,62 @@ __device__ __forceinline__ void wgmma_64x64x16_rs_mn(float (&d)[32], const u32 (
   }
 }
 
+// The m64n128k16 forms: d0 holds columns 0-63 and d1 columns 64-127, each in the layout above,
+// so that two m64n64 accumulators side by side are one m64n128 accumulator. One instruction
+// reads its A operand once for 128 columns: with both operands in shared memory an m64n64k16
+// reads 4 KiB for 32 tensor-core cycles, the SM's whole shared-memory bandwidth (128 bytes a
+// cycle); m64n128k16 reads 6 KiB for 64 cycles.
+#define FJ_WGMMA_D64                                                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63}"
+
+template <bool kBF16>
+__device__ __forceinline__ void wgmma_64x128x16_ss(float (&d0)[32], float (&d1)[32],
+                                                   unsigned long long a, unsigned long long b,
+                                                   bool accumulate) {
+  if constexpr (kBF16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FJ_WGMMA_D64
+        ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : FJ_WGMMA_OUT32(d0), FJ_WGMMA_OUT32(d1)
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FJ_WGMMA_D64
+        ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : FJ_WGMMA_OUT32(d0), FJ_WGMMA_OUT32(d1)
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+  }
+}
+
+// B MN-major spanning two 64-column chunks of V, `leading` apart (the descriptor's leading
+// byte offset says where the second chunk starts).
+template <bool kBF16>
+__device__ __forceinline__ void wgmma_64x128x16_rs_mn(float (&d0)[32], float (&d1)[32],
+                                                      const u32 (&a)[4], unsigned long long b) {
+  if constexpr (kBF16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FJ_WGMMA_D64
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : FJ_WGMMA_OUT32(d0), FJ_WGMMA_OUT32(d1)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FJ_WGMMA_D64
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : FJ_WGMMA_OUT32(d0), FJ_WGMMA_OUT32(d1)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+}
+
 #undef FJ_WGMMA_D32
+#undef FJ_WGMMA_D64
 #undef FJ_WGMMA_OUT32
 
 }  // namespace fj

@@ -26,21 +26,28 @@ constexpr int kWgmmaMaxStages = 4;
 FJ_HD constexpr bool prefill_uses_wgmma(int head_dim, bool sm90a) {
   return sm90a && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
-// Keys per K/V tile: 128 at head dim 64, where a 64-key tile's softmax and barriers cost as
-// much as its MMAs; 64 above, and for variants whose per-element mask and score take more
-// than kWgmmaWideTileOperations operations (prefix_ranges: 35; ptxas serializes the wgmma of
-// its 128-key tile). The host sizes shared memory for the widest (element_operations 0).
+// Keys per K/V tile: 128 at head dim 64, where a 64-key tile's softmax, barriers and row-max
+// shuffles cost as much as its MMAs; 64 above, and for variants whose per-element mask and
+// score take more than kWgmmaWideTileOperations operations (prefix_ranges: 35; ptxas
+// serializes the wgmma of its 128-key tile). The host sizes shared memory for the widest
+// (element_operations 0). (128-key tiles at head dim 128 fit the registers, with two stages,
+// but were 4-20% slower on the H100: bench/history/hopper-notes.md.)
 constexpr int kWgmmaWideTileOperations = 16;
 FJ_HD constexpr int wgmma_block_n(int head_dim, int element_operations = 0) {
   return head_dim == 64 && element_operations <= kWgmmaWideTileOperations ? 128 : 64;
 }
-// Head dim 256 takes two stages (Q and two K/V stages fill 193 KiB), the others four.
-FJ_HD constexpr int wgmma_stages(int head_dim) {
-  return head_dim > 128 ? 2 : kWgmmaMaxStages;
+// The K/V stages share 128 KiB: four of 64 keys at head dim 128 or of 128 keys at 64, two of
+// 64 keys at 256. With Q (16 to 64 KiB) that leaves room for the key terms.
+constexpr int kWgmmaStageBytes = 128 * 1024;
+FJ_HD constexpr int wgmma_stages(int head_dim, int block_n) {
+  return kWgmmaStageBytes / (2 * block_n * head_dim * 2) < kWgmmaMaxStages
+             ? kWgmmaStageBytes / (2 * block_n * head_dim * 2)
+             : kWgmmaMaxStages;
 }
 // The three warpgroups share the 168 registers per thread that one CTA of 384 threads has:
 // the consumers take 216 (224 at head dim 256, for O's 128 accumulators), the producer the
-// rest (72, or 56).
+// rest (72, or 56). A consumer holds S (64 registers at 128 keys), one P (32: the next tile's
+// exponentials wait in S until the PV in flight is done) and O.
 FJ_HD constexpr int wgmma_consumer_registers(int head_dim) {
   return head_dim > 128 ? 224 : 216;
 }
@@ -65,8 +72,7 @@ FJ_HD constexpr int prefill_smem_row_elems(int head_dim) {
 // align them to the swizzle pattern.
 FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim, bool sm90a) {
   return prefill_uses_wgmma(head_dim, sm90a)
-             ? 1024 + (kWgmmaBlockM + wgmma_stages(head_dim) * 2 * wgmma_block_n(head_dim)) *
-                          head_dim * 2
+             ? 1024 + kWgmmaBlockM * head_dim * 2 + kWgmmaStageBytes
              : 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
 }
 

@@ -49,7 +49,8 @@ struct KvPipeline {
 template <class Variant, int kHeadDim>
 FJ_HD constexpr int wgmma_key_term_slots() {
   return Variant::kKeyTermsLoad
-             ? wgmma_stages(kHeadDim) * wgmma_block_n(kHeadDim, Variant::kElementOperations)
+             ? wgmma_stages(kHeadDim, wgmma_block_n(kHeadDim, Variant::kElementOperations)) *
+                   wgmma_block_n(kHeadDim, Variant::kElementOperations)
              : 1;
 }
 
@@ -62,7 +63,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   constexpr int kBlockM = kWgmmaBlockM;
   constexpr int kBlockN = wgmma_block_n(kHeadDim, Variant::kElementOperations);
   constexpr int kSAccumulators = kBlockN / 64;  // m64n64 accumulators of S
-  constexpr int kStages = wgmma_stages(kHeadDim);
+  constexpr int kStages = wgmma_stages(kHeadDim, kBlockN);
   constexpr int kConsumerThreads = kWgmmaThreads - 128;
   constexpr int kConsumerWarps = kConsumerThreads / 32;
   constexpr int kQBytes = kBlockM * kHeadDim * 2;
@@ -236,27 +237,39 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       const unsigned long long q_desc =
           wgmma_desc_sw128(smem_address(q_tile) + consumer * 64 * 128, 1024, 1024);
       const unsigned long long stage_desc = wgmma_desc_sw128(stages_address, 1024, 1024);
+      const unsigned long long stage_pair_desc =
+          wgmma_desc_sw128(stages_address, kBlockN * 128, 1024);
       // S = Q K^T for the consumer's 64 rows and the keys of K stage `stage`, 64 keys per
-      // accumulator (rows 64 a of the K tile); committed.
+      // accumulator (rows 64 a of the K tile), one instruction per k16 step; committed.
       const auto issue_s = [&](float(&s)[kSAccumulators][32], int stage) {
         const unsigned long long k_desc = stage_desc + ((stage * 2 * kTileBytes) >> 4);
         for (int ks = 0; ks < kKSteps; ++ks) {
           const int step = (ks % 4) * 32;
-          for (int a = 0; a < kSAccumulators; ++a) {
-            wgmma_64x64x16_ss<kBF16>(
-                s[a], q_desc + (((ks / 4) * 128 * kBlockM + step) >> 4),
-                k_desc + (((ks / 4) * 128 * kBlockN + a * 64 * 128 + step) >> 4), ks > 0);
+          const unsigned long long a_desc = q_desc + (((ks / 4) * 128 * kBlockM + step) >> 4);
+          if constexpr (kSAccumulators == 2) {
+            wgmma_64x128x16_ss<kBF16>(s[0], s[1], a_desc,
+                                      k_desc + (((ks / 4) * 128 * kBlockN + step) >> 4), ks > 0);
+          } else {
+            wgmma_64x64x16_ss<kBF16>(s[0], a_desc,
+                                     k_desc + (((ks / 4) * 128 * kBlockN + step) >> 4), ks > 0);
           }
         }
         wgmma_commit();
       };
       // O += P V for V stage `stage`, 64 columns of V per instruction; committed.
+      // Pairs of O's 64-column chunks take one m64n128 instruction each, whose B spans two
+      // chunks of the V tile, kBlockN * 128 bytes apart (the descriptor's leading offset).
       const auto issue_pv = [&](const u32(&p)[kBlockN / 16][4], int stage) {
-        const unsigned long long v_desc = stage_desc + ((stage * 2 * kTileBytes + kTileBytes) >> 4);
+        const unsigned long long v_desc =
+            stage_pair_desc + ((stage * 2 * kTileBytes + kTileBytes) >> 4);
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          for (int c = 0; c < kOChunks; ++c) {
-            wgmma_64x64x16_rs_mn<kBF16>(o[c], p[kk],
-                                        v_desc + ((c * 128 * kBlockN + kk * 16 * 128) >> 4));
+          for (int c = 0; c < kOChunks; c += 2) {
+            const unsigned long long b = v_desc + ((c * 128 * kBlockN + kk * 16 * 128) >> 4);
+            if constexpr (kOChunks % 2 == 0) {
+              wgmma_64x128x16_rs_mn<kBF16>(o[c], o[c + 1], p[kk], b);
+            } else {
+              wgmma_64x64x16_rs_mn<kBF16>(o[c], p[kk], b);
+            }
           }
         }
         wgmma_commit();
@@ -313,17 +326,14 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         float max_scaled[2];
         float rescale[2];
         update_row_max(tile_max, row_max, row_sum, max_scaled, rescale);
-        // P_i, rounded to 16 bits, in the A layout: k16 step kk takes n8 tiles 2kk and 2kk + 1.
-        u32 p[kBlockN / 16][4];
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          float v[8];
-          for (int e = 0; e < 8; ++e) {
-            v[e] =
-                fast_exp2(s_element(s, 2 * kk + e / 4, e % 4) * factor - max_scaled[(e / 2) % 2]);
-            row_sum[(e / 2) % 2] += v[e];
+        // exp of S_i in place while PV_{i-1} runs; rounded to 16 bits into P only once that PV
+        // is done, so that P_{i-1} and P_i never take registers together.
+        for (int j = 0; j < kBlockN / 8; ++j) {
+          for (int e = 0; e < 4; ++e) {
+            float& x = s_element(s, j, e);
+            x = fast_exp2(x * factor - max_scaled[e / 2]);
+            row_sum[e / 2] += x;
           }
-          for (int f = 0; f < 4; ++f)
-            p[kk][f] = pack_2x16<kBF16>(v[2 * f], v[2 * f + 1]);
         }
 
         // PV_{i-1} is done: its stage is free; rescale O to the new maxima for P_i V_i.
@@ -334,9 +344,14 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           fence_registers(p_prev[kk]);
         if (i > 0) mbarrier_arrive(pipe.empty(previous));
         rescale_o(rescale);
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-          for (int f = 0; f < 4; ++f)
-            p_prev[kk][f] = p[kk][f];
+        // P_i in the A layout: k16 step kk takes n8 tiles 2kk and 2kk + 1.
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          for (int f = 0; f < 4; ++f) {
+            const int j = 2 * kk + f / 2;
+            p_prev[kk][f] =
+                pack_2x16<kBF16>(s_element(s, j, 2 * (f % 2)), s_element(s, j, 2 * (f % 2) + 1));
+          }
+        }
       }
       if (listed > 0) {
         // The last tile's PV.
@@ -433,7 +448,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
 // every role runs the CTA's blocks in step.
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
 __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
-  constexpr int kStages = wgmma_stages(kHeadDim);
+  constexpr int kBlockN = wgmma_block_n(kHeadDim, Variant::kElementOperations);
+  constexpr int kStages = wgmma_stages(kHeadDim, kBlockN);
   // Here, not in the block function: that is instantiated once per role.
   __shared__ KeyTerms<Variant> key_terms[wgmma_key_term_slots<Variant, kHeadDim>()];
   KvPipeline pipe;

@@ -41,12 +41,12 @@ TEST_CASE("sm_90a at head dims 64, 128 and 256 gets the warp-specialized wgmma k
     CHECK(shape.wgmma);
     CHECK(shape.block_m == fj::kWgmmaBlockM);
     CHECK(shape.threads == fj::kWgmmaThreads);
-    // Q and four K/V stages (two at head dim 256) of 64 keys (128 at head dim 64), unpadded,
-    // plus the swizzle alignment; within the H100's 227 KiB.
-    const int stages = head_dim == 256 ? 2 : 4;
+    // Q and 128 KiB of K/V stages: four of 128 keys at head dim 64, four of 64 keys at 128,
+    // two of 64 keys at 256; unpadded, plus the swizzle alignment; within the H100's 227 KiB.
     const int keys = head_dim == 64 ? 128 : 64;
-    CHECK(fj::wgmma_stages(head_dim) == stages);
+    const int stages = head_dim == 256 ? 2 : 4;
     CHECK(fj::wgmma_block_n(head_dim) == keys);
+    CHECK(fj::wgmma_stages(head_dim, keys) == stages);
     CHECK(shape.smem_bytes == 1024 + (128 + stages * 2 * keys) * head_dim * 2);
     CHECK(shape.smem_bytes <= 227 * 1024);
     // Budgets of the producer and the consumers fill the register file of one CTA of 384
@@ -60,11 +60,13 @@ TEST_CASE("sm_90a at head dims 64, 128 and 256 gets the warp-specialized wgmma k
     CHECK(consumer <= 256);
   }
 
-  // A variant with many operations per element keeps 64-key tiles at head dim 64 (in the
-  // shared memory sized for 128).
+  // A variant with many operations per element keeps 64-key tiles (in the shared memory sized
+  // for 128), with as many stages as fit.
   CHECK(fj::wgmma_block_n(64, 3) == 128);
   CHECK(fj::wgmma_block_n(64, 35) == 64);
   CHECK(fj::wgmma_block_n(128, 0) == 64);
+  CHECK(fj::wgmma_stages(128, 64) == 4);
+  CHECK(fj::wgmma_stages(64, 64) == 4);
 
   // Everything else keeps the mma.sync kernel.
   for (const auto& [head_dim, arch] : std::vector<std::pair<int, std::string>>{

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Launches one workload's flexjit kernel a few times, for a profiler to attach to.
+
+    ncu -k regex:prefill_ --launch-skip 3 --launch-count 1 --section SpeedOfLight \\
+        python3 tools/bench/profile_kernel.py prefill_causal_16k --page-size 16
+
+The inputs, parameters and paged cache are the benchmark's (bench.py), so that what the profiler
+sees is what the results page times. Prints the kernel's name and the median time of the timed
+launches (CUDA events) when not under a profiler's replay. Needs torch and a GPU, like bench.py.
+"""
+
+import argparse
+import pathlib
+import statistics
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench  # noqa: E402
+import workloads as W  # noqa: E402
+
+import torch  # noqa: E402
+import flexjit  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workload", help="a workload name (bench.py --list)")
+    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--launches", type=int, default=5)
+    parser.add_argument("--masks", default=None, help="mask file (default: the workload's)")
+    args = parser.parse_args(argv)
+
+    chosen = [w for w in W.workloads() if w.name == args.workload]
+    if not chosen:
+        parser.error(f"no workload {args.workload!r}")
+    w = chosen[0]
+    mask_file = args.masks or str(bench.REPO / (w.mask_file or "dsl/lib/standard.mask"))
+    ctx = flexjit.Context()
+    program = ctx.program_from_file(mask_file)
+    inputs = bench.Inputs(w)
+    fn, _, _, extra = bench.make_flexjit(ctx, program, inputs, args.page_size, 1)
+    times = []
+    for _ in range(args.launches):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(0)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    print(f"{extra['kernel']}: median {statistics.median(times):.3f} ms over {len(times)} "
+          f"launches (first {times[0]:.3f} ms)")
+
+
+if __name__ == "__main__":
+    main()
