@@ -556,7 +556,7 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
                                         int32_t num_tokens, void* stream) {
   const int64_t group = device.num_heads / device.num_kv_heads;
   const int64_t packed_rows = int64_t{max_query_len} * group;
-  const PrefillLaunchShape shape = prefill_launch_shape(kernel.config);
+  const PrefillLaunchShape& shape = kernel.launch_shape;
   const int64_t block_m = shape.block_m;
   const int64_t q_tiles = (packed_rows + block_m - 1) / block_m;
   if (q_tiles > 0x7fffffff) {
@@ -583,8 +583,13 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
 
 void set_last_error(const fj_context* context, std::string message) {
   if (context == nullptr) return;
+  // A success clears the calling thread's message. While no thread of the context has one (the
+  // usual case) this thread's is already empty: no lock and no map lookup on the launch path.
+  if (message.empty() && context->threads_with_errors.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard lock(context->error_mutex);
-  context->last_errors[std::this_thread::get_id()] = std::move(message);
+  std::string& slot = context->last_errors[std::this_thread::get_id()];
+  context->threads_with_errors += int{!message.empty()} - int{!slot.empty()};
+  slot = std::move(message);
 }
 
 }  // namespace flexjit
@@ -821,6 +826,7 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
     kernel->context = context;
     kernel->compiled = entry->compiled;
     kernel->config = config;
+    kernel->launch_shape = flexjit::prefill_launch_shape(config);
     kernel->num_params = static_cast<int>(program->scalars.size());
     kernel->entry = std::move(entry);
     *out = kernel.release();

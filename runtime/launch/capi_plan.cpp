@@ -283,7 +283,7 @@ std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a,
     device.work_counts = counts;
     device.work_items =
         reinterpret_cast<const fj::PrefillWorkItem*>(plan.memory + plan.layout.prefill_items);
-    const PrefillLaunchShape shape = prefill_launch_shape(kernel.config);
+    const PrefillLaunchShape& shape = kernel.launch_shape;
     if (auto f = launch(*kernel.compiled, plan.prefill_grid, 1, 1, shape.threads, shape.smem_bytes,
                         stream, &device)) {
       return f;

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -103,8 +104,13 @@ Result<CUcontext> current_or_primary_context() {
   Result<const DriverApi*> loaded = driver_api();
   if (!loaded) return loaded.error();
   const DriverApi& api = **loaded;
-  if (CUresult code = api.cuInit(0); code != CUDA_SUCCESS) {
-    return driver_error(api, "cuInit", code);
+  // cuInit once: this runs before every launch. A failure is retried by the next call.
+  static std::atomic<bool> initialized{false};
+  if (!initialized.load(std::memory_order_acquire)) {
+    if (CUresult code = api.cuInit(0); code != CUDA_SUCCESS) {
+      return driver_error(api, "cuInit", code);
+    }
+    initialized.store(true, std::memory_order_release);
   }
   CUcontext current = nullptr;
   if (CUresult code = api.cuCtxGetCurrent(&current); code != CUDA_SUCCESS) {

@@ -2,6 +2,7 @@
 // (the CLI, tests) see these definitions.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,9 @@ struct fj_context {
   // Last error per calling thread, so concurrent callers do not read each other's messages.
   mutable std::mutex error_mutex;
   mutable std::unordered_map<std::thread::id, std::string> last_errors;
+  // How many of last_errors' messages are non-empty (changed under error_mutex), so that a
+  // success can skip clearing a message no thread has.
+  mutable std::atomic<int> threads_with_errors{0};
 };
 
 namespace flexjit {
@@ -67,6 +71,7 @@ struct fj_kernel {
   fj_context* context = nullptr;
   std::shared_ptr<const flexjit::CompiledKernel> compiled;
   flexjit::PrefillKernelConfig config;
+  flexjit::PrefillLaunchShape launch_shape;  // prefill_launch_shape(config), for every launch
   int num_params = 0;
   std::shared_ptr<const flexjit::ProgramKernel> entry;  // arrays and reads_array for launches
   // Summaries of launches that pass no workspace (per CUDA context; freed with the kernel).

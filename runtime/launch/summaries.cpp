@@ -30,10 +30,11 @@ KernelSpec array_summary_spec(const std::string& arch) {
 Result<SummaryLayout> summary_layout(const ProgramKernel& kernel, const fj::ArrayParam* arrays) {
   SummaryLayout layout;
   for (size_t slot = 0; slot < kernel.arrays.size() && slot < size_t{fj::kMaxArrayParams}; ++slot) {
+    if (!kernel.reads_array[slot]) continue;
     const RuntimeParam& param = kernel.arrays[slot];
     const fj::SummaryAxis axis = summary_axis(param);
     const fj::ArrayParam& array = arrays[slot];
-    if (!kernel.reads_array[slot] || axis == fj::kSummaryNone) continue;
+    if (axis == fj::kSummaryNone) continue;
     if (array.rows <= 0 || array.cols <= 0) continue;  // every read yields 0: nothing to bound
     const uint64_t bytes =
         4 * static_cast<uint64_t>(fj::summary_words(array.rows, array.cols, axis));

@@ -48,6 +48,20 @@ def paged_arrays(dtype="<f2", num_tokens=5, heads=4, kv_heads=2, head_dim=64, pa
                 seq_lens=CudaArray((reqs,), "<i4", ptr=0x7F0000600000))
 
 
+def torch_like_paged_arrays():
+    """Stand-in torch tensors of a paged call (3 tokens, 32 heads over 8, head dim 128, page
+    64, a joint cache), each with its own device object, as torch's compare equal."""
+    joint = FakeTensor((10, 64, 8, 256), ptr=0x7F0000000000)
+    return dict(q=FakeTensor((3, 32, 128), ptr=0x7F0000100000),
+                out=FakeTensor((3, 32, 128), ptr=0x7F0000200000),
+                k_cache=FakeTensor((10, 64, 8, 128), strides=joint.stride(), ptr=joint.data_ptr()),
+                v_cache=FakeTensor((10, 64, 8, 128), strides=joint.stride(),
+                                   ptr=joint.data_ptr() + 256),
+                block_table=FakeTensor((1, 10), "torch.int32", ptr=0x7F0000300000),
+                query_start_loc=FakeTensor((2,), "torch.int32", ptr=0x7F0000400000),
+                seq_lens=FakeTensor((1,), "torch.int32", ptr=0x7F0000500000))
+
+
 @unittest.skipUnless(library_available(), "libflexjit_runtime.so not found (set FLEXJIT_LIBRARY)")
 class ModuleTest(unittest.TestCase):
     @classmethod
@@ -469,6 +483,50 @@ class ModuleTest(unittest.TestCase):
                               max_query_len=3, params={"window": 8})
         args, _ = kernel.paged_args(**arrays, max_query_len=5, params={"window": 8})
         self.assertEqual((args.max_query_len, len(kernel._templates)), (5, 2))
+
+    def test_paged_args_keep_float_params_by_their_bits(self):
+        # -0.0 == 0.0, but their float32 bits differ: a call with one must not reuse the
+        # struct kept for the other.
+        program = self.ctx.program("param temp: float\nmask causal = q >= kv\n"
+                                   "score s = score / temp\n", name="temp.mask")
+        kernel = self.ctx.kernel(program, "causal", score="s", head_dim=128, dtype="bf16",
+                                 page_size=64, arch="sm_90a")
+        arrays = torch_like_paged_arrays()
+        for temp, bits in ((0.0, 0), (-0.0, 0x80000000), (0.0, 0), (-0.0, 0x80000000)):
+            with self.subTest(temp=temp):
+                args, _ = kernel.paged_args(**arrays, max_query_len=3, params={"temp": temp})
+                self.assertEqual(args.params[0] & 0xFFFFFFFF, bits)
+        self.assertEqual(len(kernel._templates), 2)
+
+    def test_clearing_the_templates_runs_every_check_again(self):
+        # tools/bench/overhead.py times "checks run in full" by clearing _templates.
+        kernel = self.ctx.kernel(self.program, "causal", head_dim=128, dtype="bf16",
+                                 page_size=64, arch="sm_90a")
+        arrays = torch_like_paged_arrays()
+        prepared = []
+        prepare = kernel.prepare
+        kernel.prepare = lambda *a, **k: prepared.append(1) or prepare(*a, **k)
+        for _ in range(3):
+            kernel.paged_args(**arrays, max_query_len=3)
+        self.assertEqual(len(prepared), 1)
+        kernel._templates.clear()
+        kernel.paged_args(**arrays, max_query_len=3)
+        self.assertEqual(len(prepared), 2)
+
+    def test_launching_after_close_is_a_value_error(self):
+        # The launch paths pass the handle without a check of their own: a closed kernel's is
+        # null, refused by the library, and reported as the closed handle.
+        kernel = self.ctx.kernel(self.program, "causal", head_dim=128, dtype="bf16",
+                                 page_size=64, arch="sm_90a")
+        arrays = torch_like_paged_arrays()
+        launch = kernel.prepare(**arrays, max_query_len=3)
+        args, stream = kernel.paged_args(**arrays, max_query_len=3)
+        kernel.paged_args(**arrays, max_query_len=3)  # kept: the next call takes the fast path
+        kernel.close()
+        for call in (launch.launch, lambda: kernel(**arrays, max_query_len=3),
+                     lambda: kernel.enqueue(args, stream)):
+            with self.assertRaisesRegex(ValueError, "Kernel is closed"):
+                call()
 
     def test_handles_are_freed_by_garbage_collection(self):
         ctx = flexjit.Context()

@@ -126,6 +126,45 @@ TEST_CASE("a missing file is NOT_FOUND") {
   CHECK(c.error().find("/nonexistent/x.mask") != std::string::npos);
 }
 
+TEST_CASE("a success clears the calling thread's message and only its own") {
+  // A success skips the clearing while no thread of the context has a message: the count it
+  // reads must follow every message set and cleared, on every thread.
+  Context c;
+  fj_program* program = load_standard(c);
+  int32_t slot = -1;
+  const auto fail = [&] {
+    REQUIRE(fj_program_param_slot(program, "nope", &slot) == FJ_ERROR_NOT_FOUND);
+  };
+  const auto succeed = [&] { REQUIRE(fj_program_param_slot(program, "window", &slot) == 0); };
+  const auto in_thread = [](const auto& body) { std::thread(body).join(); };
+  CHECK(c.error().empty());
+  fail();
+  std::string other_before, other_after;
+  in_thread([&] {
+    other_before = c.error();  // another thread's message is not this one's
+    fail();
+    succeed();
+    other_after = c.error();
+  });
+  CHECK(other_before.empty());
+  CHECK(other_after.empty());
+  CHECK(c.error() == "no scalar runtime parameter 'nope'");  // kept by the other's success
+  succeed();
+  CHECK(c.error().empty());
+  fail();
+  fail();  // a second message on the same thread replaces the first
+  succeed();
+  CHECK(c.error().empty());
+  in_thread([&] {
+    fail();
+    other_before = c.error();
+  });
+  succeed();  // with another thread's message outstanding
+  CHECK(c.error().empty());
+  CHECK(other_before == "no scalar runtime parameter 'nope'");
+  fj_program_destroy(program);
+}
+
 TEST_CASE("runtime parameters are found by name") {
   Context c;
   fj_program* program = load_standard(c);

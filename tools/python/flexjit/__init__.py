@@ -135,6 +135,10 @@ class _Handle:
 
     def __init__(self, handle):
         self._handle = handle
+        # The handle as the launch paths pass it (_capi.unchecked: no conversion per call).
+        # close() makes it null, so a launch after close() fails in the library's null check and
+        # its failure path raises handle's ValueError.
+        self._handle_arg = ctypes.c_void_p(handle)
 
     @property
     def handle(self):
@@ -146,6 +150,7 @@ class _Handle:
         if getattr(self, "_handle", None):
             getattr(library(), self._destroy)(self._handle)
             self._handle = None
+            self._handle_arg.value = None
 
     def __enter__(self):
         return self
@@ -356,7 +361,8 @@ class Kernel(_Handle):
         self.head_dim = head_dim
         self.dtype = dtype
         self.page_size = page_size
-        self._templates = {}  # paged_args: checked geometry -> (struct, what it points into)
+        self._templates = _Templates()  # _checked_args: checked geometry -> _Template
+        self._paged_call = _capi.unchecked("fj_paged_attention")
 
     @property
     def name(self):
@@ -401,17 +407,27 @@ class Kernel(_Handle):
         """Checks (as prepare()), launches on `stream` (default: torch's current stream for
         torch tensors, else the legacy default stream) and returns `out`."""
         if self.page_size != 0:
-            out = _default_out(q, out)
+            if out is None:
+                out = _default_out(q, out)
             if max_query_len is None:
                 max_query_len = _max_length(query_start_loc, "max_query_len", "query_start_loc")
-        args, default_stream = self.paged_args(
-            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out=out, lse=lse,
-            max_query_len=max_query_len, params=params, arrays=arrays, scale=scale,
-            kv_layout=kv_layout)
-        self.enqueue(args, _stream_handle(stream) if stream is not None else default_stream)
+        data = key = None
+        if not arrays:
+            data, default_stream, key = self._checked_args(
+                q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+                max_query_len, scale, kv_layout, _params_key(params) if params else ())
+        if data is None:
+            args, default_stream = self._template(
+                key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+                max_query_len, params, arrays, scale, kv_layout)
+            data = ctypes.byref(args)
+        if stream is not None:
+            default_stream = _stream_handle(stream)
+        status = self._paged_call(self._handle_arg, data,
+                                  _stream_arg(default_stream) if default_stream else None)
+        if status:
+            self._failed(status, "fj_paged_attention")
         return out
-
-    _TEMPLATES = 64  # checked geometries kept per kernel
 
     def paged_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out,
                    lse=None, max_query_len, params=None, arrays=None, scale=0.0,
@@ -423,47 +439,79 @@ class Kernel(_Handle):
         max_query_len, scale, kv_layout and params. Its struct is kept, and a later call of the
         same geometry copies it and writes its own pointers: everything prepare() checks is
         part of the geometry, so the checks hold, and only the copy and the pointers cost."""
-        tensors = (q, out, k_cache, v_cache, block_table, query_start_loc, seq_lens, lse)
-        torch = sys.modules.get("torch") if is_torch_tensor(q) else None
-        key = None
+        data = key = None
         if not arrays:
-            try:
-                key = (torch.cuda.current_device() if torch is not None and q.is_cuda else None,
-                       max_query_len, scale, kv_layout,
-                       # With the types: 8 == 8.0 == True, but an int parameter takes only 8.
-                       tuple((k, type(v), v) for k, v in params.items()) if params else (),
-                       *[None if t is None else (t.shape, t.stride(), t.dtype, t.device)
-                         for t in tensors])
-                entry = self._templates.get(key)
-            except (AttributeError, TypeError):  # not torch tensors; unhashable values
-                key = entry = None
-            if entry is not None:
-                args = PagedAttentionArgs.from_buffer_copy(entry[0])
-                args.q, args.out, args.k_cache, args.v_cache = (
-                    q.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr())
-                args.block_table, args.query_start_loc, args.seq_lens = (
-                    block_table.data_ptr(), query_start_loc.data_ptr(), seq_lens.data_ptr())
-                if lse is not None:
-                    args.lse = lse.data_ptr()
-                stream = _torch_stream(torch, q.device.index) if torch is not None else None
-                return args, stream
+            data, stream, key = self._checked_args(
+                q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+                max_query_len, scale, kv_layout, _params_key(params) if params else ())
+        if data is not None:
+            return PagedAttentionArgs.from_buffer_copy(data), stream
+        return self._template(key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
+                              out, lse, max_query_len, params, arrays, scale, kv_layout)
+
+    def _checked_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
+                      lse, max_query_len, scale, kv_layout, params_key):
+        """(fj_paged_attention_args as bytes, default stream, None) of a call whose geometry
+        an earlier call checked (_template), with this call's pointers; else (None, None, key):
+        the key to keep the call's template under, None where there is none (arrays that are
+        not torch tensors, unhashable values). `params_key` stands for the scalar parameters
+        (_params_key). Written out flat: this runs on every call."""
+        calls = _torch_calls.get(type(q)) or _torch_calls_of(q)
+        try:
+            key = (calls.current_device() if calls is not None and q.is_cuda else None,
+                   max_query_len, scale, kv_layout, params_key,
+                   q.shape, q.stride(), q.dtype, q.device,
+                   out.shape, out.stride(), out.dtype, out.device,
+                   k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device,
+                   v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
+                   block_table.shape, block_table.stride(), block_table.dtype,
+                   block_table.device,
+                   query_start_loc.shape, query_start_loc.stride(), query_start_loc.dtype,
+                   query_start_loc.device,
+                   seq_lens.shape, seq_lens.stride(), seq_lens.dtype, seq_lens.device,
+                   None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device))
+            templates = self._templates
+            last_key, template = templates.last
+            if key != last_key:
+                template = templates.get(key)
+                if template is None:
+                    return None, None, key
+                templates.last = key, template
+        except (AttributeError, TypeError):  # not torch tensors; unhashable values
+            return None, None, None
+        data = _PAGED_POINTERS.pack(
+            template.head, q.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+            query_start_loc.data_ptr(), seq_lens.data_ptr(), block_table.data_ptr(),
+            0 if lse is None else lse.data_ptr(), template.tail)
+        return data, None if calls is None else calls.current_stream(template.device), None
+
+    def _template(self, key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
+                  lse, max_query_len, params, arrays, scale, kv_layout):
+        """prepare()'s (struct, default stream) of a call, its template kept under `key`
+        (unless None) for _checked_args."""
         launch = self.prepare(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                               out=out, lse=lse, max_query_len=max_query_len, params=params,
                               arrays=arrays, scale=scale, kv_layout=kv_layout)
         if key is not None:
-            if len(self._templates) >= self._TEMPLATES:
-                del self._templates[next(iter(self._templates))]
-            # A copy: the caller may change its struct (a workspace). The params array the
-            # struct points into is kept with it.
-            self._templates[key] = (PagedAttentionArgs.from_buffer_copy(launch.args),
-                                    launch._param_values)
+            raw = bytes(launch.args)
+            # The params array the struct points into is kept with it.
+            self._templates.keep(key, _Template(raw[:_PAGED_POINTERS_START],
+                                                raw[_PAGED_POINTERS_END:], launch._param_values,
+                                                getattr(q.device, "index", None)))
         return launch.args, launch._default_stream
+
+    def _failed(self, status, call):
+        """Raises for a launch's failed `status`: ValueError if the kernel was closed (its
+        handle went in as null), else FlexjitError."""
+        self.handle  # noqa: B018 (raises ValueError once closed)
+        _check(status, self.context.handle, call)
 
     def enqueue(self, args, stream):
         """fj_paged_attention of a struct from paged_args on `stream` (a handle or None)."""
-        status = library().fj_paged_attention(self.handle, ctypes.byref(args), stream)
-        if status != Status.SUCCESS:
-            _check(status, self.context.handle, "fj_paged_attention")
+        status = self._paged_call(self._handle_arg, ctypes.byref(args),
+                                  _stream_arg(stream) if stream else None)
+        if status:
+            self._failed(status, "fj_paged_attention")
 
     def prepare_varlen(self, q, k, v, cu_seqlens, *, out=None, lse=None, max_seq_len=None,
                        params=None, arrays=None, scale=0.0):
@@ -544,6 +592,106 @@ class Kernel(_Handle):
         return _Common(fields, (values, descriptors), keep, stream)
 
 
+class _Templates(dict):
+    """Kernel._checked_args' templates by geometry key, at most LIMIT (the oldest go first),
+    and the last one used: a call of the last one's geometry compares its key with that key
+    instead of hashing it. clear() forgets every check."""
+
+    LIMIT = 64
+
+    def __init__(self):
+        super().__init__()
+        self.last = (None, None)  # (key, _Template), replaced at once: threads read it whole
+
+    def keep(self, key, template):
+        if len(self) >= self.LIMIT:
+            del self[next(iter(self))]
+        self[key] = template
+
+    def clear(self):
+        super().clear()
+        self.last = (None, None)
+
+
+class _Template(NamedTuple):
+    """A checked call's fj_paged_attention_args around its pointers (Kernel._checked_args)."""
+
+    head: bytes  # the bytes before q
+    tail: bytes  # the bytes after lse
+    keep: object  # the ctypes arrays the struct points into
+    device: Optional[int]  # q's device: the default stream is torch's current one there
+
+
+# The pointer fields q .. lse are consecutive: a call writes them with one pack.
+_PAGED_POINTERS_START = PagedAttentionArgs.q.offset
+_PAGED_POINTERS_END = PagedAttentionArgs.lse.offset + 8
+_PAGED_POINTERS = struct.Struct(
+    f"<{_PAGED_POINTERS_START}s8Q{ctypes.sizeof(PagedAttentionArgs) - _PAGED_POINTERS_END}s")
+assert [name for name, _ in PagedAttentionArgs._fields_[1:9]] == [
+    "q", "out", "k_cache", "v_cache", "query_start_loc", "seq_lens", "block_table", "lse"]
+assert _PAGED_POINTERS_END - _PAGED_POINTERS_START == 8 * 8
+
+
+class _TorchCalls(NamedTuple):
+    """What the launch paths ask torch, through the C functions behind torch.cuda's."""
+
+    current_device: object  # () -> the current CUDA device's index
+    current_stream: object  # (device index) -> the handle of torch's current stream there
+
+
+_torch_calls = {}  # type of torch tensor -> _TorchCalls, once torch is imported
+
+
+def _torch_calls_of(obj):
+    """_TorchCalls if `obj` is a torch tensor (and torch is imported), else None."""
+    torch = sys.modules.get("torch") if is_torch_tensor(obj) else None
+    if torch is None:
+        return None
+    device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+    calls = _TorchCalls(device, lambda index: _torch_stream(torch, index))
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        calls = _TorchCalls(device, raw)
+    _torch_calls[type(obj)] = calls
+    return calls
+
+
+_DOUBLE = struct.Struct("<d")
+
+
+def _params_key(params):
+    """params ({name: value}) as part of a geometry key: each value with its type (8 == 8.0 ==
+    True, but an int parameter takes only 8) and, unless an int, its bits as a double (-0.0 ==
+    0.0, but their float32 bits differ)."""
+    key = []
+    for name, value in params.items():
+        if isinstance(value, int):
+            key.append((name, type(value), value))
+            continue
+        try:
+            bits = _DOUBLE.pack(float(value))
+        except (TypeError, ValueError, OverflowError):
+            bits = None
+        key.append((name, type(value), value, bits))
+    return tuple(key)
+
+
+_stream_args = {}  # stream handle -> its c_void_p
+
+
+def _stream_arg(handle):
+    """A stream handle (an int, or None) as the launch paths pass it (_capi.unchecked): None
+    for the default stream, else a c_void_p, kept per handle (a process uses few streams)."""
+    if not handle:
+        return None
+    arg = _stream_args.get(handle)
+    if arg is None:
+        if len(_stream_args) >= 256:
+            _stream_args.clear()
+        arg = _stream_args[handle] = ctypes.c_void_p(handle)
+    return arg
+
+
 def _torch_stream(torch, device):
     """torch's current stream on `device` (an index; None: the current device), as an int."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -609,6 +757,7 @@ class Plan(_Handle):
     def __init__(self, kernel, handle):
         super().__init__(handle)
         self.kernel = kernel  # the plan uses the kernel: keep it alive
+        self._run = _capi.unchecked("fj_plan_run")
 
     def update(self, query_start_loc, seq_lens, max_blocks_per_req, stream=None):
         """fj_plan_update: query_start_loc (num_reqs + 1) and seq_lens (num_reqs) on the host;
@@ -625,14 +774,25 @@ class Plan(_Handle):
 
     def run(self, launch, stream=None):
         """fj_plan_run over a Launch prepared by Kernel.prepare (same kernel)."""
-        handle = _stream_handle(stream) if stream is not None else launch._default_stream
-        _check(library().fj_plan_run(self.handle, launch._args_ref, handle),
-               self.kernel.context.handle, "fj_plan_run")
+        status = self._run(self._handle_arg, launch._args_ref, launch._stream_arg
+                           if stream is None else _stream_arg(_stream_handle(stream)))
+        if status:
+            self._failed(status)
 
     def run_args(self, args, stream):
         """fj_plan_run over a struct from Kernel.paged_args on `stream` (a handle or None)."""
-        _check(library().fj_plan_run(self.handle, ctypes.byref(args), stream),
-               self.kernel.context.handle, "fj_plan_run")
+        self._run_data(ctypes.byref(args), stream)
+
+    def _run_data(self, data, stream):
+        """fj_plan_run of `data` (Kernel._checked_args' bytes, or a byref() of a struct) on
+        `stream` (a handle or None)."""
+        status = self._run(self._handle_arg, data, _stream_arg(stream))
+        if status:
+            self._failed(status)
+
+    def _failed(self, status):
+        self.handle  # noqa: B018 (raises ValueError once closed)
+        _check(status, self.kernel.context.handle, "fj_plan_run")
 
 
 def _current_stream(stream):
@@ -656,7 +816,9 @@ class Launch:
         self.call = call
         self._param_values = param_values
         self._default_stream = default_stream
-        self._launch = getattr(library(), call)
+        self._stream_arg = _stream_arg(default_stream)
+        self._launch = _capi.unchecked(call)
+        self._kernel_arg = kernel._handle_arg  # null once the kernel is closed
         self._args_ref = ctypes.byref(args)
 
     @property
@@ -666,7 +828,7 @@ class Launch:
     def launch(self, stream=None):
         """Enqueues the kernel; no synchronisation. `stream` defaults to torch's current stream
         when the arrays were torch tensors (as it was at prepare time)."""
-        handle = _stream_handle(stream) if stream is not None else self._default_stream
-        status = self._launch(self.kernel.handle, self._args_ref, handle)
-        if status != Status.SUCCESS:
-            _check(status, self.kernel.context.handle, self.call)
+        status = self._launch(self._kernel_arg, self._args_ref, self._stream_arg
+                              if stream is None else _stream_arg(_stream_handle(stream)))
+        if status:
+            self.kernel._failed(status, self.call)

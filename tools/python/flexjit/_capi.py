@@ -263,3 +263,19 @@ def library():
             raise OSError("cannot load the flexjit runtime library (set FLEXJIT_LIBRARY):\n  "
                           + "\n  ".join(errors))
     return _library
+
+
+_unchecked = {}
+
+
+def unchecked(name):
+    """Function `name` of the library without argtypes, for the launch paths: ctypes converts no
+    argument, so each must already be a ctypes object (a c_void_p handle, a byref()), a bytes
+    object (passed as a pointer to its bytes) or None (null); never a Python int, which would
+    go as a C int. Returns the status as an int."""
+    function = _unchecked.get(name)
+    if function is None:
+        lib = library()
+        function = _unchecked[name] = lib._FuncPtr((name, lib))
+        function.restype = ctypes.c_int
+    return function

@@ -15,9 +15,13 @@ key looked up in this module's registry when the operator runs: torch.compile gu
 the guards and the CUDA-graph rules. Importing flexjit does not import this module.
 """
 
+import ctypes
+import struct
+
 import torch
 
-from . import Kernel, ParamType, Plan
+from . import Kernel, ParamType, Plan, _stream_arg
+from ._capi import PagedAttentionArgs
 
 __all__ = ["register", "unregister", "lookup", "paged_attention", "varlen_attention",
            "plan_run", "workspace_size", "SCHEMAS"]
@@ -114,23 +118,63 @@ def _use_workspace(args, workspace):
     args.workspace_bytes = workspace.numel() * workspace.element_size()
 
 
-def _paged_args(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-                max_query_len, scale, kv_layout, param_names, param_values, array_names, arrays,
-                workspace):
-    """Kernel.paged_args (prepare()'s checks, once per geometry) from the operator's lists."""
-    args, stream = kernel.paged_args(
-        q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out=out, lse=lse,
-        max_query_len=max_query_len, scale=scale, kv_layout=kv_layout,
-        params=(_named_params(kernel.program, param_names, param_values)
-                if param_names or param_values else None),
-        arrays=_named_arrays(array_names, arrays) if array_names or arrays else None)
+_DOUBLES = struct.Struct("<d")
+
+
+def _params_key(names, values):
+    """The operator's scalar parameters as part of a geometry key (Kernel._checked_args): the
+    lists as given, values by their bits. _named_params maps equal lists to equal params, so a
+    call that matches a checked one passes the same checks."""
+    return ("op", tuple(names), tuple(map(_DOUBLES.pack, values)))
+
+
+def _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
+              lse, max_query_len, scale, kv_layout, param_names, param_values, array_names,
+              arrays, workspace):
+    """Kernel._template from the operator's lists (prepare()'s checks), with the workspace."""
+    args, stream = kernel._template(
+        key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+        max_query_len,
+        (_named_params(kernel.program, param_names, param_values)
+         if param_names or param_values else None),
+        _named_arrays(array_names, arrays) if array_names or arrays else None, scale,
+        kv_layout)
     _use_workspace(args, workspace)
-    return args, stream
+    return ctypes.byref(args), stream
 
 
-def _paged_attention_impl(kernel, *args):
-    target = lookup(kernel, Kernel)
-    target.enqueue(*_paged_args(target, *args))
+def _with_workspace(data, workspace):
+    """A kept call's struct (_checked_args' bytes) pointed at the caller's workspace."""
+    args = PagedAttentionArgs.from_buffer_copy(data)
+    _use_workspace(args, workspace)
+    return ctypes.byref(args)
+
+
+# The paged implementations run on every eager call of the operators: Kernel._checked_args
+# finds the checks of an earlier call of the same geometry (calls with array parameters run
+# every check), and the launch goes out without another layer of calls.
+
+def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
+                          out, lse, max_query_len, scale, kv_layout, param_names, param_values,
+                          array_names, arrays, workspace):
+    target = _registry.get(kernel)
+    if not isinstance(target, Kernel):
+        target = lookup(kernel, Kernel)  # raises
+    data = key = None
+    if not array_names and not arrays:
+        data, stream, key = target._checked_args(
+            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+            max_query_len, scale, kv_layout,
+            _params_key(param_names, param_values) if param_names or param_values else ())
+    if data is None:
+        data, stream = _template(target, key, q, k_cache, v_cache, block_table, query_start_loc,
+                                 seq_lens, out, lse, max_query_len, scale, kv_layout,
+                                 param_names, param_values, array_names, arrays, workspace)
+    elif workspace is not None:
+        data = _with_workspace(data, workspace)
+    status = target._paged_call(target._handle_arg, data, _stream_arg(stream) if stream else None)
+    if status:
+        target._failed(status, "fj_paged_attention")
 
 
 def _varlen_attention_impl(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, scale,
@@ -146,13 +190,26 @@ def _varlen_attention_impl(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, s
 
 
 def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-                   scale, kv_layout, *lists):
-    target = lookup(plan, Plan)
+                   scale, kv_layout, param_names, param_values, array_names, arrays, workspace):
+    target = _registry.get(plan)
+    if not isinstance(target, Plan):
+        target = lookup(plan, Plan)  # raises
+    kernel = target.kernel
     # max_query_len is not read by a planned run (the plan's update has the lengths); passing
-    # it keeps prepare() from reading query_start_loc back, which capture forbids.
-    args, stream = _paged_args(target.kernel, q, k_cache, v_cache, block_table, query_start_loc,
-                               seq_lens, out, lse, 0, scale, kv_layout, *lists)
-    target.run_args(args, stream)
+    # 0 keeps prepare() from reading query_start_loc back, which capture forbids.
+    data = key = None
+    if not array_names and not arrays:
+        data, stream, key = kernel._checked_args(
+            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, 0, scale,
+            kv_layout,
+            _params_key(param_names, param_values) if param_names or param_values else ())
+    if data is None:
+        data, stream = _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc,
+                                 seq_lens, out, lse, 0, scale, kv_layout, param_names,
+                                 param_values, array_names, arrays, workspace)
+    elif workspace is not None:
+        data = _with_workspace(data, workspace)
+    target._run_data(data, stream)
 
 
 # --- fake implementations: what torch.compile traces ------------------------------------------
