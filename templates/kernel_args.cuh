@@ -108,21 +108,33 @@ struct DecodeWorkItem {
   i32 reserved;
 };
 
+// Contiguous (page size 0) calls keep the fields only they read (fj_varlen_attention's key starts
+// and batch strides, since 0.6) where paged calls keep theirs (the unions, *_stride_block), so
+// that the struct's layout, and with it the paged kernels, stay as they were.
 struct PagedPrefillArgs {
   const void* q;               // [num_tokens, num_heads, head_dim], head_dim contiguous
   void* out;                   // same shape as q
   const void* k_cache;         // paged: element (block, slot, kv_head, d) at the strides below;
-  const void* v_cache;         // contiguous: row (token) at *_stride_slot, *_stride_block unused
+  const void* v_cache;         // contiguous: row (token) at *_stride_slot, sequence *_stride_block
   const i32* query_start_loc;  // [num_reqs + 1]
-  const i32* seq_lens;         // [num_reqs], keys of each request (new tokens included); paged
-  const i32* block_table;      // [num_reqs][block_table_stride]; paged
-  float* lse;                  // optional [num_tokens, num_heads] natural-log LSE, or null
+  union {
+    const i32* seq_lens;       // paged: [num_reqs], keys of each request (new tokens included)
+    const i32* key_start_loc;  // contiguous: [num_reqs + 1] rows of K/V, or null: query_start_loc
+  };
+  union {
+    const i32* block_table;  // paged: [num_reqs][block_table_stride]
+    i64 out_stride_batch;    // contiguous: out of sequence s starts s * out_stride_batch further
+  };
+  float* lse;  // optional [num_tokens, num_heads] natural-log LSE, or null
 
   i64 q_stride_token, q_stride_head;  // in elements
   i64 out_stride_token, out_stride_head;
-  i64 k_stride_block, k_stride_slot, k_stride_head;
+  i64 k_stride_block, k_stride_slot, k_stride_head;  // contiguous: k_stride_block per sequence
   i64 v_stride_block, v_stride_slot, v_stride_head;
-  i64 block_table_stride;
+  union {
+    i64 block_table_stride;  // paged
+    i64 q_stride_batch;      // contiguous: q of sequence s starts s * q_stride_batch further
+  };
   i64 lse_stride_token;  // lse[token * lse_stride_token + head]
 
   i32 num_reqs;
@@ -138,6 +150,28 @@ struct PagedPrefillArgs {
   const WorkCounts* work_counts;
   const PrefillWorkItem* work_items;
 };
+
+static_assert(sizeof(const i32*) == sizeof(i64),
+              "the unions of PagedPrefillArgs pair 8-byte fields");
+
+// Contiguous (page size 0) calls, fj_varlen_attention: where sequence `seq`'s rows begin in out,
+// K and V (element offsets: the batch strides; packed_rows_of adds q's), and its keys' first row
+// and count (its queries' with no key_start_loc). A paged call has no batch strides.
+template <int kPageSize>
+FJ_HD i64 out_batch_offset(const PagedPrefillArgs& args, int seq) {
+  return kPageSize == 0 ? seq * args.out_stride_batch : 0;
+}
+template <int kPageSize>
+FJ_HD i64 kv_batch_offset(i64 stride_block, int seq) {
+  return kPageSize == 0 ? seq * stride_block : 0;
+}
+FJ_HD int contiguous_key_begin(const PagedPrefillArgs& args, int seq) {
+  return (args.key_start_loc != nullptr ? args.key_start_loc : args.query_start_loc)[seq];
+}
+FJ_HD int contiguous_key_count(const PagedPrefillArgs& args, int seq) {
+  const i32* starts = args.key_start_loc != nullptr ? args.key_start_loc : args.query_start_loc;
+  return starts[seq + 1] - starts[seq];
+}
 
 // The split-KV decode kernel (paged_decode.cuh): one CTA of four warps per work item, each warp
 // taking 16 of every kDecodeBlockN keys, K/V streamed through kDecodeStages-deep cp.async

@@ -65,11 +65,13 @@ __device__ __forceinline__ KvRange kv_range_for_heads(const Variant& variant,
 // kernels take their work in such blocks.
 struct PackedRows {
   int group;
-  int token_begin;  // the request's first query row in q and out
-  int packed_rows;  // query tokens times group
-  int seq_len;      // keys of the request (its new tokens included)
-  int q_offset;     // logical position of the request's first query token (see
-                    // docs/architecture.md#call-contract)
+  int token_begin;     // the request's first query row in q and out
+  int packed_rows;     // query tokens times group
+  int seq_len;         // keys of the request (its new tokens included)
+  int q_offset;        // logical position of the request's first query token (see
+                       // docs/architecture.md#call-contract)
+  int key_begin;       // contiguous K/V: the request's first key row
+  i64 q_batch_offset;  // contiguous: where the request's q rows begin (its batch stride)
   int kv_head;
   int row0;
   int last_row;  // the block's last row inside the request
@@ -104,10 +106,13 @@ __device__ __forceinline__ PackedRows packed_rows_of(const PagedPrefillArgs& arg
   block.group = args.num_heads / args.num_kv_heads;
   block.token_begin = args.query_start_loc[request];
   const int query_len = args.query_start_loc[request + 1] - block.token_begin;
-  // Contiguous (encoder) sequences attend to themselves: as many keys as queries.
-  block.seq_len = contiguous ? query_len : args.seq_lens[request];
+  // Contiguous sequences have keys of their own (as many as queries without key_start_loc),
+  // and queries from position 0 whatever their number.
+  block.seq_len = contiguous ? contiguous_key_count(args, request) : args.seq_lens[request];
   block.packed_rows = query_len * block.group;
-  block.q_offset = block.seq_len - query_len;
+  block.q_offset = contiguous ? 0 : block.seq_len - query_len;
+  block.key_begin = contiguous ? contiguous_key_begin(args, request) : 0;
+  block.q_batch_offset = contiguous ? request * args.q_stride_batch : 0;
   block.kv_head = kv_head;
   block.row0 = row0;
   block.last_row = min(row0 + rows, block.packed_rows) - 1;
@@ -417,11 +422,13 @@ struct KvTileCopy {
 
 // Issues the cp.async copies of the block's kRows query rows into `q_tile`, laid out by Layout;
 // rows past the request are zeroed. The caller commits.
-template <int kHeadDim, int kRows, int kThreads, class Layout = PaddedRows<kHeadDim>>
+template <int kHeadDim, int kRows, int kThreads, class Layout = PaddedRows<kHeadDim>,
+          bool kContiguous = false>
 __device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedPrefillArgs& args,
                                             const PackedRows& block) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   const unsigned short* q = static_cast<const unsigned short*>(args.q);
+  if constexpr (kContiguous) q += block.q_batch_offset;
   for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
     const int row = c / kChunksPerRow;
     const int chunk = c % kChunksPerRow;
@@ -488,7 +495,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   const PackedRows block =
       packed_rows_of(args, request, kv_head, row0, kPrefillBlockM, kPageSize == 0);
   if (row0 >= block.packed_rows) return;
-  const int token_begin = block.token_begin;
+  const int key_begin = block.key_begin;
   const int packed_rows = block.packed_rows;
   const int seq_len = block.seq_len;
   const int q_lo = block.q_lo();
@@ -496,7 +503,8 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   const int head_lo = block.head_lo();
   const int head_hi = block.head_hi();
 
-  load_q_rows<kHeadDim, kPrefillBlockM, kPrefillThreads>(q_tile, args, block);
+  load_q_rows<kHeadDim, kPrefillBlockM, kPrefillThreads, PaddedRows<kHeadDim>, kPageSize == 0>(
+      q_tile, args, block);
   cp_async_wait_all();
   __syncthreads();
 
@@ -537,8 +545,10 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
                      : args.block_table + static_cast<i64>(request) * args.block_table_stride;
   const unsigned short* k_cache = static_cast<const unsigned short*>(args.k_cache);
   const unsigned short* v_cache = static_cast<const unsigned short*>(args.v_cache);
-  const i64 k_head_offset = static_cast<i64>(kv_head) * args.k_stride_head;
-  const i64 v_head_offset = static_cast<i64>(kv_head) * args.v_stride_head;
+  const i64 k_head_offset = static_cast<i64>(kv_head) * args.k_stride_head +
+                            kv_batch_offset<kPageSize>(args.k_stride_block, request);
+  const i64 v_head_offset = static_cast<i64>(kv_head) * args.v_stride_head +
+                            kv_batch_offset<kPageSize>(args.v_stride_block, request);
 
   const int kv_end = kv_end_of<kPageSize>(args, seq_len);
   // Only the tiles of the keys the mask's kv range admits are visited
@@ -572,9 +582,9 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
 
     __syncthreads();  // every warp is done reading the previous K/V tile
     load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
-                                      k_head_offset, block_row, token_begin, k0, kv_end);
+                                      k_head_offset, block_row, key_begin, k0, kv_end);
     load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
-                                      v_head_offset, block_row, token_begin, k0, kv_end);
+                                      v_head_offset, block_row, key_begin, k0, kv_end);
     cp_async_wait_all();
     __syncthreads();
 
@@ -639,7 +649,8 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   }
 
   // Normalise and write. Each quad holds a full row; the row sum is reduced across it.
-  unsigned short* out = static_cast<unsigned short*>(args.out);
+  unsigned short* out =
+      static_cast<unsigned short*>(args.out) + out_batch_offset<kPageSize>(args, request);
   for (int i = 0; i < 2; ++i) {
     const float total = quad_sum(row_sum[i]);
     if (!row_valid[i]) continue;

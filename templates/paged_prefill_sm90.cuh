@@ -85,7 +85,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   const Variant variant{};
   const PackedRows block = packed_rows_of(args, request, kv_head, row0, kBlockM, kPageSize == 0);
   if (row0 >= block.packed_rows) return;
-  const int token_begin = block.token_begin;
+  const int key_begin = block.key_begin;
   const int seq_len = block.seq_len;
   const int q_lo = block.q_lo();
   const int q_hi = block.q_hi();
@@ -100,7 +100,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   // head dim 128 its copies land while the first listing round classifies (before its first
   // barrier); at 256 before the listing (ptxas spills otherwise).
   constexpr bool kQDuringListing = kHeadDim <= 128;
-  load_q_rows<kHeadDim, kBlockM, kWgmmaThreads, Swizzled128Rows<kBlockM>>(q_tile, args, block);
+  load_q_rows<kHeadDim, kBlockM, kWgmmaThreads, Swizzled128Rows<kBlockM>, kPageSize == 0>(
+      q_tile, args, block);
   if constexpr (!kQDuringListing) {
     cp_async_wait_all();
     fence_proxy_async_shared();
@@ -174,10 +175,12 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       using TileCopy = KvTileCopy<kHeadDim, kBlockN, 128, kPageSize, Swizzled128Rows<kBlockN>>;
       const TileCopy k_copy(static_cast<int>(threadIdx.x),
                             static_cast<const unsigned short*>(args.k_cache),
-                            static_cast<i64>(kv_head) * args.k_stride_head);
+                            static_cast<i64>(kv_head) * args.k_stride_head +
+                                kv_batch_offset<kPageSize>(args.k_stride_block, request));
       const TileCopy v_copy(static_cast<int>(threadIdx.x),
                             static_cast<const unsigned short*>(args.v_cache),
-                            static_cast<i64>(kv_head) * args.v_stride_head);
+                            static_cast<i64>(kv_head) * args.v_stride_head +
+                                kv_batch_offset<kPageSize>(args.v_stride_block, request));
       // Each tile's copies form one cp.async group; the producer reports a tile full once the
       // next tile's copies are out, so two tiles' copies are in flight at a time.
       for (int i = 0; i < listed; ++i) {
@@ -217,10 +220,9 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           if (own_key < kBlockN) key_terms[stage * kBlockN + own_key] = own_terms;
         }
         const u32 k_tile = stages_address + stage * 2 * kTileBytes;
-        k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, token_begin, k0,
-                    kv_end);
-        v_copy.copy(k_tile + kTileBytes, args.v_stride_block, args.v_stride_slot, pages,
-                    token_begin, k0, kv_end);
+        k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0, kv_end);
+        v_copy.copy(k_tile + kTileBytes, args.v_stride_block, args.v_stride_slot, pages, key_begin,
+                    k0, kv_end);
         cp_async_commit();
         if (i > 0 && !report_first) {
           cp_async_wait<1>();
@@ -374,7 +376,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   }
   if constexpr (!kProducer) {
     // Normalise and write. Each quad holds a full row; the row sum is reduced across it.
-    unsigned short* out = static_cast<unsigned short*>(args.out);
+    unsigned short* out =
+        static_cast<unsigned short*>(args.out) + out_batch_offset<kPageSize>(args, request);
     const auto write_lse = [&](int r, float total) {
       const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
       if (args.lse != nullptr && quad_col == 0 && packed < block.packed_rows) {

@@ -319,10 +319,15 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
   const int request = item.request;
   const int token_begin = args.query_start_loc[request];
   const int query_len = args.query_start_loc[request + 1] - token_begin;
-  const int seq_len = job.contiguous ? query_len : args.seq_lens[request];
+  // Contiguous: keys of the sequence's own (fj::contiguous_key_count), queries from position 0,
+  // rows offset by the batch strides, as in packed_rows_of (templates/paged_prefill.cuh).
+  const int seq_len =
+      job.contiguous ? fj::contiguous_key_count(args, request) : args.seq_lens[request];
   const int packed_rows = query_len * group;
   const int rows = std::min(kBlockM, packed_rows - item.row0);
-  const int q_offset = seq_len - query_len;
+  const int q_offset = job.contiguous ? 0 : seq_len - query_len;
+  const int key_begin = job.contiguous ? fj::contiguous_key_begin(args, request) : 0;
+  const int64_t batch = job.contiguous ? request : 0;
   const int last = item.row0 + rows - 1;
   const int q_lo = q_offset + item.row0 / group;
   const int q_hi = q_offset + last / group;
@@ -331,7 +336,7 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
   const int head_hi = item.kv_head * group + (one_position ? last % group : group - 1);
 
   int row_q[kBlockM], row_head[kBlockM];
-  const uint16_t* q = static_cast<const uint16_t*>(args.q);
+  const uint16_t* q = static_cast<const uint16_t*>(args.q) + batch * args.q_stride_batch;
   for (int i = 0; i < kRows; ++i) {
     if (i >= rows) {
       for (int d = 0; d < kHeadDim; ++d)
@@ -366,8 +371,10 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
       job.contiguous ? nullptr : args.block_table + int64_t{request} * args.block_table_stride;
   const uint16_t* k_cache = static_cast<const uint16_t*>(args.k_cache);
   const uint16_t* v_cache = static_cast<const uint16_t*>(args.v_cache);
-  const int64_t k_head_offset = int64_t{item.kv_head} * args.k_stride_head;
-  const int64_t v_head_offset = int64_t{item.kv_head} * args.v_stride_head;
+  const int64_t k_head_offset =
+      int64_t{item.kv_head} * args.k_stride_head + batch * args.k_stride_block;
+  const int64_t v_head_offset =
+      int64_t{item.kv_head} * args.v_stride_head + batch * args.v_stride_block;
   const bool has_score = kernel.variant.has_score();
 
   for (int tile = first_tile; tile < end_tile; ++tile) {
@@ -377,15 +384,15 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
         classify_for_heads(kernel, params, request, head_lo, head_hi, q_lo, q_hi, k0, k0 + n);
     if (tile_class == TileClass::Empty) continue;
     load_rows<kHeadDim, kBF16>(sc.k, k_cache, args.k_stride_block, args.k_stride_slot,
-                               k_head_offset, block_row, token_begin, job.page_size, k0, n);
+                               k_head_offset, block_row, key_begin, job.page_size, k0, n);
     load_rows<kHeadDim, kBF16>(sc.v, v_cache, args.v_stride_block, args.v_stride_slot,
-                               v_head_offset, block_row, token_begin, job.page_size, k0, n);
+                               v_head_offset, block_row, key_begin, job.page_size, k0, n);
     if (tile + 1 < end_tile) {
       const int next_n = std::min(k0 + 2 * kBlockN, kv_end) - (k0 + kBlockN);
       prefetch_rows<kHeadDim>(k_cache, args.k_stride_block, args.k_stride_slot, k_head_offset,
-                              block_row, token_begin, job.page_size, k0 + kBlockN, next_n);
+                              block_row, key_begin, job.page_size, k0 + kBlockN, next_n);
       prefetch_rows<kHeadDim>(v_cache, args.v_stride_block, args.v_stride_slot, v_head_offset,
-                              block_row, token_begin, job.page_size, k0 + kBlockN, next_n);
+                              block_row, key_begin, job.page_size, k0 + kBlockN, next_n);
     }
     scores_block<kHeadDim, kRowVecs>(sc.q_t, sc.k, sc.s, n, args.scale);
 
@@ -430,7 +437,7 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
   }
 
   const fj_dtype dtype = kBF16 ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
-  uint16_t* out = static_cast<uint16_t*>(args.out);
+  uint16_t* out = static_cast<uint16_t*>(args.out) + batch * args.out_stride_batch;
   for (int i = 0; i < rows; ++i) {
     const int64_t token = token_begin + (item.row0 + i) / group;
     const float total = sc.row_sum[i];
@@ -509,7 +516,7 @@ Result<std::shared_ptr<const CpuKernel>> make_cpu_kernel(const Variant& variant,
 
 std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bool contiguous,
                                             int32_t page_size, int32_t num_tokens,
-                                            int32_t max_query_len) {
+                                            int32_t num_key_tokens, int32_t max_query_len) {
   const char* starts = contiguous ? "cu_seqlens" : "query_start_loc";
   const char* requests = contiguous ? "sequence" : "request";
   if (args.query_start_loc[0] < 0 || args.query_start_loc[0] > num_tokens) {
@@ -527,7 +534,17 @@ std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bo
       return fmt::format("{} {} has {} query rows, more than max_{} ({})", requests, r, end - begin,
                          contiguous ? "seq_len" : "query_len", max_query_len);
     }
-    if (contiguous) continue;
+    if (contiguous) {
+      if (args.key_start_loc == nullptr) continue;
+      const int32_t key_begin = args.key_start_loc[r];
+      const int32_t key_end = args.key_start_loc[r + 1];
+      if (key_begin < 0 || key_end < key_begin || key_end > num_key_tokens) {
+        return fmt::format(
+            "cu_seqlens_k[{}] ({}) and [{}] ({}) do not make a range of [0, num_tokens_k = {}]", r,
+            key_begin, r + 1, key_end, num_key_tokens);
+      }
+      continue;
+    }
     const int32_t seq_len = args.seq_lens[r];
     if (seq_len < end - begin) {
       return fmt::format("seq_lens[{}] ({}) is smaller than the request's {} query rows", r,

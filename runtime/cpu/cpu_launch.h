@@ -22,6 +22,7 @@ struct LaunchFailure {
 // `args.params` at them, then runs the attention on the shared pool. Synchronous.
 std::optional<LaunchFailure> launch_attention(const CpuKernel& kernel, const SummaryLayout& layout,
                                               fj::PagedPrefillArgs args, void* workspace,
-                                              int32_t num_tokens, int32_t max_query_len);
+                                              int32_t num_tokens, int32_t num_key_tokens,
+                                              int32_t max_query_len);
 
 }  // namespace flexjit::cpu

@@ -320,7 +320,9 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
 }
 
 // The encoder call maps onto the same kernel arguments: sequences are requests, K/V rows are
-// addressed by *_stride_slot from the sequence's first row.
+// addressed by *_stride_slot from the sequence's first row, and the fields of 0.6 go where paged
+// calls keep theirs (kernel_args.cuh): cu_seqlens_k in key_start_loc, the K/V batch strides in
+// *_stride_block.
 std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
                                            const fj_varlen_attention_args& a,
                                            fj::PagedPrefillArgs& device) {
@@ -331,7 +333,8 @@ std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
   }
   if (auto f = require_non_negative({{"num_tokens", a.num_tokens},
                                      {"num_seqs", a.num_seqs},
-                                     {"max_seq_len", a.max_seq_len}})) {
+                                     {"max_seq_len", a.max_seq_len},
+                                     {"num_tokens_k", a.num_tokens_k}})) {
     return f;
   }
   if (auto f = check_heads(a.num_heads, a.num_kv_heads)) return f;
@@ -357,6 +360,16 @@ std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
                                     {"out_stride_head", a.out_stride_head}})) {
     return f;
   }
+  // Batch strides may be negative (they are added to the packed row's offset).
+  for (const NamedValue& s : {NamedValue{"q_stride_batch", a.q_stride_batch},
+                              NamedValue{"k_stride_batch", a.k_stride_batch},
+                              NamedValue{"v_stride_batch", a.v_stride_batch},
+                              NamedValue{"out_stride_batch", a.out_stride_batch}}) {
+    if (s.value % 8 != 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("{} ({}) must be a multiple of 8 elements", s.name, s.value));
+    }
+  }
   device = fj::PagedPrefillArgs{};
   if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.arrays, a.num_arrays,
                                         a.bad_index, a.num_seqs, a.scale, a.lse, a.lse_stride_token,
@@ -368,6 +381,7 @@ std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
   device.k_cache = a.k;
   device.v_cache = a.v;
   device.query_start_loc = a.cu_seqlens;
+  device.key_start_loc = a.cu_seqlens_k;
   device.lse = a.lse;
   device.q_stride_token = a.q_stride_token;
   device.q_stride_head = a.q_stride_head;
@@ -377,6 +391,10 @@ std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
   device.k_stride_head = a.k_stride_head;
   device.v_stride_slot = a.v_stride_token;
   device.v_stride_head = a.v_stride_head;
+  device.q_stride_batch = a.q_stride_batch;
+  device.k_stride_block = a.k_stride_batch;
+  device.v_stride_block = a.v_stride_batch;
+  device.out_stride_batch = a.out_stride_batch;
   device.lse_stride_token = a.lse_stride_token;
   device.num_reqs = a.num_seqs;
   device.num_heads = a.num_heads;
@@ -549,11 +567,12 @@ std::optional<Failure> enqueue_summaries(fj_kernel& kernel, const SummaryLayout&
 
 // Launches the attention kernel over `num_sequences` sequences of at most `max_query_len`
 // query rows each (`num_tokens` in all), after the summaries of the arrays it reads (in
-// `workspace`, or the kernel's own buffer when null). A CPU kernel runs here and now.
+// `workspace`, or the kernel's own buffer when null). A CPU kernel runs here and now; it checks
+// a contiguous call's key_start_loc against `num_key_tokens`.
 std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs& device,
                                         void* workspace, uint64_t workspace_bytes,
                                         int32_t max_query_len, int32_t num_sequences,
-                                        int32_t num_tokens, void* stream) {
+                                        int32_t num_tokens, int32_t num_key_tokens, void* stream) {
   const int64_t group = device.num_heads / device.num_kv_heads;
   const int64_t packed_rows = int64_t{max_query_len} * group;
   const PrefillLaunchShape& shape = kernel.launch_shape;
@@ -569,7 +588,7 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
   if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
   if (kernel.entry->cpu) {
     if (auto f = cpu::launch_attention(*kernel.entry->cpu, layout, device, workspace, num_tokens,
-                                       max_query_len)) {
+                                       num_key_tokens, max_query_len)) {
       return fail(f->status, std::move(f->message));
     }
     return std::nullopt;
@@ -877,7 +896,7 @@ FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_
     fj::PagedPrefillArgs device;
     if (auto failure = flexjit::prepare_paged_args(*kernel, a, device)) return failure;
     return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes,
-                                     a.max_query_len, a.num_reqs, a.num_tokens, stream);
+                                     a.max_query_len, a.num_reqs, a.num_tokens, 0, stream);
   });
 }
 
@@ -893,7 +912,7 @@ FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attentio
     fj::PagedPrefillArgs device;
     if (auto failure = flexjit::prepare_varlen_args(*kernel, a, device)) return failure;
     return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes, a.max_seq_len,
-                                     a.num_seqs, a.num_tokens, stream);
+                                     a.num_seqs, a.num_tokens, a.num_tokens_k, stream);
   });
 }
 

@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define FJ_VERSION_MAJOR 0
-#define FJ_VERSION_MINOR 4
+#define FJ_VERSION_MINOR 6
 #define FJ_VERSION_PATCH 0
 /* Version as one integer: major * 10000 + minor * 100 + patch. */
 #define FJ_VERSION (FJ_VERSION_MAJOR * 10000 + FJ_VERSION_MINOR * 100 + FJ_VERSION_PATCH)
@@ -283,7 +283,16 @@ FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_
  * strides (k and v with num_kv_heads heads); sequence s owns rows [cu_seqlens[s], cu_seqlens[s+1])
  * of all four, and positions are 0-based within it (q = row - cu_seqlens[s], kv likewise). Pointers
  * are device pointers, 16-byte aligned, strides multiples of 8 elements. The kernel must have been
- * created with page_size 0. lse as in fj_paged_attention. */
+ * created with page_size 0. lse as in fj_paged_attention.
+ *
+ * Since 0.6, keys may differ from queries (cu_seqlens_k) and each tensor may have a batch stride:
+ * row i of sequence s of q is at s * q_stride_batch + (cu_seqlens[s] + i) * q_stride_token, key
+ * j at s * k_stride_batch + (cu_seqlens_k[s] + j) * k_stride_token (v and out likewise); query i
+ * has position i and key j position j, both from 0, whatever the lengths (PyTorch's
+ * flex_attention with a query length other than the key length). A [B, H, S, D] tensor t with
+ * cu_seqlens[s] = s * S has stride_token t.stride(2), stride_head t.stride(1) and stride_batch
+ * t.stride(0) - S * t.stride(2). lse has no batch stride: row i of sequence s is
+ * cu_seqlens[s] + i. */
 typedef struct fj_varlen_attention_args {
   uint32_t struct_size; /* sizeof(fj_varlen_attention_args) */
   const void* q;
@@ -315,6 +324,15 @@ typedef struct fj_varlen_attention_args {
 
   void* workspace; /* since 0.3: as in fj_paged_attention_args */
   uint64_t workspace_bytes;
+
+  /* Since 0.6 (a shorter struct_size reads them as null and 0: keys packed like the queries, no
+   * batch strides). cu_seqlens_k: [num_seqs + 1], device; keys of sequence s are rows
+   * [cu_seqlens_k[s], cu_seqlens_k[s+1]) of k and v; null: cu_seqlens. num_tokens_k: rows of k
+   * and v when cu_seqlens_k is given (the CPU backend checks cu_seqlens_k against it). The batch
+   * strides, in elements (any sign, multiples of 8), are added once per sequence index as above. */
+  const int32_t* cu_seqlens_k;
+  int32_t num_tokens_k;
+  int64_t q_stride_batch, k_stride_batch, v_stride_batch, out_stride_batch;
 } fj_varlen_attention_args;
 
 /* Enqueues an encoder kernel (page_size 0) on `stream`; a CPU encoder kernel runs on the host

@@ -171,6 +171,12 @@ class VarlenAttentionArgs(ctypes.Structure):
         ("bad_index", ctypes.POINTER(ctypes.c_int32)),
         ("workspace", ctypes.c_void_p),  # null: the kernel's own buffer
         ("workspace_bytes", ctypes.c_uint64),
+        ("cu_seqlens_k", ctypes.c_void_p),  # since 0.6; null: keys packed like the queries
+        ("num_tokens_k", ctypes.c_int32),
+        ("q_stride_batch", ctypes.c_int64),
+        ("k_stride_batch", ctypes.c_int64),
+        ("v_stride_batch", ctypes.c_int64),
+        ("out_stride_batch", ctypes.c_int64),
     ]
 
 

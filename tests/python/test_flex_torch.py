@@ -1,0 +1,210 @@
+"""flexjit.flex_attention with torch: torch.* functions traced, the CPU backend on CPU tensors
+against a float64 torch reference, and on a GPU against torch's own flex_attention. Skipped with
+the reason without torch (CI has none), and the GPU part without a CUDA device."""
+
+import unittest
+
+from support import REPO  # noqa: F401  (puts tools/python on the path)
+
+import flexjit
+from test_module import library_available
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def functions(device="cpu"):
+    """(name, mask_mod, score_mod) written with torch.*, capturing tensors on `device`."""
+    B, H, S = 2, 4, 96
+    gen = torch.Generator().manual_seed(3)
+    doc = torch.randint(0, 3, (B, S), generator=gen).sort(dim=1).values
+    slopes = torch.exp2(-8 * torch.arange(1, H + 1) / H)
+    bias = torch.randn(H, 2 * S, generator=gen)
+    blocked = torch.rand(B, S, S, generator=gen) < 0.8
+    prefix = torch.tensor([7, 40])
+    windows = torch.tensor([4, 8, 16, 96])
+    scale0 = torch.tensor(0.5)
+    doc, slopes, bias, blocked, prefix, windows, scale0 = (
+        t.to(device) for t in (doc, slopes, bias, blocked, prefix, windows, scale0))
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def sliding(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < 24)
+
+    def document(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx)
+
+    def prefix_lm(b, h, q_idx, kv_idx):
+        return (kv_idx < prefix[b]) | (q_idx >= kv_idx)
+
+    def head_window(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < windows[h])
+
+    def blocked_3d(b, h, q_idx, kv_idx):
+        return blocked[b, q_idx, kv_idx]
+
+    def neighbourhood(b, h, q_idx, kv_idx):
+        return (torch.abs(q_idx // 8 - kv_idx // 8) <= 1) & (torch.abs(q_idx % 8 - kv_idx % 8) <= 1)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx)
+
+    def softcap(score, b, h, q_idx, kv_idx):
+        return 20.0 * torch.tanh(score / 20.0)
+
+    def relative(score, b, h, q_idx, kv_idx):
+        return score + bias[h, q_idx - kv_idx + S]
+
+    def mixed(score, b, h, q_idx, kv_idx):
+        d = (q_idx - kv_idx).to(torch.float32)
+        return torch.where(q_idx >= kv_idx, score, score * scale0) + \
+            0.1 * torch.log2(1 + torch.abs(d)) - torch.clamp(d, -1.0, 1.0) * torch.sigmoid(score)
+
+    return [("causal", causal, None), ("sliding", sliding, softcap),
+            ("document", document, alibi), ("prefix_lm", prefix_lm, None),
+            ("head_window", head_window, relative), ("blocked_3d", blocked_3d, None),
+            ("neighbourhood", neighbourhood, mixed),
+            ("composed", flexjit.and_masks(causal, flexjit.or_masks(sliding, prefix_lm)), None)]
+
+
+def reference(q, k, v, mask_mod, score_mod, scale, gqa):
+    """float64 attention with the functions evaluated by torch on broadcast index tensors."""
+    B, H, S, D = q.shape
+    L = k.shape[2]
+    if gqa:
+        k = k.repeat_interleave(H // k.shape[1], dim=1)
+        v = v.repeat_interleave(H // v.shape[1], dim=1)
+    b = torch.arange(B).view(B, 1, 1, 1)
+    h = torch.arange(H).view(1, H, 1, 1)
+    qi = torch.arange(S).view(1, 1, S, 1)
+    ki = torch.arange(L).view(1, 1, 1, L)
+    s = (q.double() @ k.double().transpose(-1, -2)) * (scale or D ** -0.5)
+    if score_mod is not None:
+        s = score_mod(s, b, h, qi, ki).double()
+    if mask_mod is not None:
+        s = s.masked_fill(~mask_mod(b, h, qi, ki).expand(B, H, S, L), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return p @ v.double(), lse
+
+
+@unittest.skipUnless(torch is not None, "torch is not installed")
+@unittest.skipUnless(library_available(), "libflexjit_runtime.so not found (set FLEXJIT_LIBRARY)")
+class TorchCpuTest(unittest.TestCase):
+    def test_torch_functions_on_cpu_tensors(self):
+        torch.manual_seed(0)
+        for name, mask_mod, score_mod in functions():
+            for q_len, gqa in ((96, False), (64, True)):
+                with self.subTest(name, q_len=q_len, gqa=gqa):
+                    q = torch.randn(2, 4, q_len, 64, dtype=torch.bfloat16)
+                    k = torch.randn(2, 2 if gqa else 4, 96, 64, dtype=torch.bfloat16)
+                    v = torch.randn_like(k)
+                    out, lse = flexjit.flex_attention(q, k, v, score_mod=score_mod,
+                                                      mask_mod=mask_mod, enable_gqa=gqa,
+                                                      return_lse=True)
+                    want, want_lse = reference(q, k, v, mask_mod, score_mod, None, gqa)
+                    torch.testing.assert_close(out.double(), want, atol=2e-2, rtol=2e-2)
+                    torch.testing.assert_close(lse.double(), want_lse, atol=2e-2, rtol=1e-3)
+
+    def test_requires_grad_raises(self):
+        q = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16)
+        with self.assertRaises(RuntimeError):
+            flexjit.flex_attention(q, k, k)
+        with torch.no_grad():
+            flexjit.flex_attention(q, k, k)
+
+    def test_gqa_needs_enable_gqa(self):
+        q = torch.randn(1, 4, 16, 64, dtype=torch.bfloat16)
+        k = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16)
+        with self.assertRaises(ValueError):
+            flexjit.flex_attention(q, k, k)
+
+    def test_new_tensor_values_reuse_the_trace(self):
+        def make(doc):
+            def same_doc(b, h, q_idx, kv_idx):
+                return doc[b, q_idx] == doc[b, kv_idx]
+            return same_doc
+        first = flexjit.flex.traced_program(make(torch.zeros(2, 8, dtype=torch.int64)))
+        self.assertIs(flexjit.flex.traced_program(make(torch.ones(2, 8, dtype=torch.int64))),
+                      first)
+        self.assertIsNot(flexjit.flex.traced_program(make(torch.ones(2, 8, 8))), first)
+
+
+@unittest.skipUnless(torch is not None and torch.cuda.is_available(), "no torch with CUDA")
+@unittest.skipUnless(library_available(), "libflexjit_runtime.so not found (set FLEXJIT_LIBRARY)")
+class TorchGpuTest(unittest.TestCase):
+    """Against torch.nn.attention.flex_attention (compiled), the block mask built from the same
+    mask_mod. The captured tensors move to the GPU with the functions' closures."""
+
+    def test_against_torch_flex_attention(self):
+        from torch.nn.attention.flex_attention import create_block_mask
+        from torch.nn.attention.flex_attention import flex_attention as torch_flex
+        compiled = torch.compile(torch_flex)
+        torch.manual_seed(0)
+        for name, mask_mod, score_mod in functions("cuda"):
+            for q_len, kv_len, dtype in ((96, 96, torch.bfloat16), (64, 96, torch.float16)):
+                with self.subTest(name, q_len=q_len, dtype=dtype):
+                    q = torch.randn(2, 4, q_len, 128, dtype=dtype, device="cuda")
+                    k = torch.randn(2, 4, kv_len, 128, dtype=dtype, device="cuda")
+                    v = torch.randn_like(k)
+                    out, lse = flexjit.flex_attention(q, k, v, score_mod=score_mod,
+                                                      mask_mod=mask_mod, return_lse=True)
+                    block_mask = create_block_mask(mask_mod, 2, 4, q_len, kv_len,
+                                                   device="cuda") if mask_mod else None
+                    want, want_lse = compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                                              return_lse=True)
+                    torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)
+                    visible = want_lse.isfinite()
+                    torch.testing.assert_close(lse[visible], want_lse[visible], atol=2e-2,
+                                               rtol=1e-3)
+
+    def test_paged_matches_contiguous(self):
+        torch.manual_seed(1)
+        page, heads, dim = 16, 4, 128
+        lens = [40, 75]
+        q_lens = [40, 5]
+        blocks = sum((n + page - 1) // page for n in lens)
+        k_cache = torch.randn(blocks + 2, page, heads, dim, dtype=torch.bfloat16, device="cuda")
+        v_cache = torch.randn_like(k_cache)
+        table = torch.zeros(2, 8, dtype=torch.int32, device="cuda")
+        perm = torch.randperm(blocks + 2)[:blocks].tolist()
+        used = 0
+        for r, n in enumerate(lens):
+            for j in range((n + page - 1) // page):
+                table[r, j] = perm[used]
+                used += 1
+        q = torch.randn(sum(q_lens), heads, dim, dtype=torch.bfloat16, device="cuda")
+        qsl = torch.tensor([0, q_lens[0], sum(q_lens)], dtype=torch.int32, device="cuda")
+        seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        for name, mask_mod, score_mod in functions():
+            if name in ("document", "blocked_3d"):  # their captures are [B, 96]-shaped
+                continue
+            with self.subTest(name):
+                out = flexjit.flex_attention_paged(q, k_cache, v_cache, table, qsl, seq_lens,
+                                                   mask_mod=mask_mod, score_mod=score_mod,
+                                                   max_query_len=max(q_lens))
+                for r in range(2):
+                    rows = [table[r, j].item() for j in range((lens[r] + page - 1) // page)]
+                    k = k_cache[rows].reshape(-1, heads, dim)[:lens[r]].transpose(0, 1)[None]
+                    v = v_cache[rows].reshape(-1, heads, dim)[:lens[r]].transpose(0, 1)[None]
+                    qr = q[qsl[r]:qsl[r + 1]].transpose(0, 1)[None]
+                    offset = lens[r] - q_lens[r]
+
+                    def shifted_mask(b, h, q_idx, kv_idx, r=r, offset=offset):
+                        return mask_mod(b + r, h, q_idx + offset, kv_idx)
+
+                    def shifted_score(score, b, h, q_idx, kv_idx, r=r, offset=offset):
+                        return score_mod(score, b + r, h, q_idx + offset, kv_idx)
+                    want, _ = reference(qr.cpu(), k.cpu(), v.cpu(), shifted_mask,
+                                        shifted_score if score_mod else None, None, False)
+                    got = out[qsl[r]:qsl[r + 1]].transpose(0, 1)[None].cpu().double()
+                    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+
+
+if __name__ == "__main__":
+    unittest.main()

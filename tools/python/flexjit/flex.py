@@ -1,0 +1,349 @@
+"""flex_attention: PyTorch FlexAttention's call, run by flexjit kernels compiled from the traced
+mask_mod and score_mod (trace.py).
+
+The contiguous call takes [B, H, S, D] tensors as they are: the encoder kernel (page size 0)
+reads them through fj_varlen_attention's batch strides and separate key lengths (since 0.6), so
+nothing is copied. docs/python.md#flex_attention describes it.
+"""
+
+import ctypes
+import sys
+import threading
+
+from . import trace as _trace
+from ._arrays import Array, describe, is_torch_tensor
+from ._capi import ArrayArg, VarlenAttentionArgs, library
+
+__all__ = ["flex_attention", "flex_attention_paged", "compile_flex", "FlexKernel"]
+
+_lock = threading.Lock()
+_context = None
+_traces = {}  # trace.cache_key -> TracedProgram
+_kernels = {}  # (source, head_dim, dtype, page_size, arch) -> (Program, Kernel)
+_CACHE_LIMIT = 256
+
+
+def _default_context():
+    global _context
+    if _context is None:
+        from . import Context
+        _context = Context()
+    return _context
+
+
+def _remember(cache, key, value):
+    if len(cache) >= _CACHE_LIMIT:
+        del cache[next(iter(cache))]
+    cache[key] = value
+
+
+def traced_program(mask_mod=None, score_mod=None):
+    """The TracedProgram of the pair, from the cache when the functions' code and captures'
+    structure were traced before (trace.cache_key)."""
+    key = _trace.cache_key(mask_mod, score_mod)
+    if key is not None:
+        with _lock:
+            found = _traces.get(key)
+        if found is not None:
+            return found
+    traced = _trace.trace(mask_mod, score_mod)
+    if key is not None and traced.cacheable:
+        with _lock:
+            _remember(_traces, key, traced)
+    return traced
+
+
+class FlexKernel:
+    """A traced mask_mod/score_mod compiled for one head dim, dtype, page size (0: contiguous
+    [B, H, S, D]) and architecture ("cpu": the CPU backend over host memory)."""
+
+    def __init__(self, traced, program, kernel, arch):
+        self.traced, self.program, self.kernel, self.arch = traced, program, kernel, arch
+
+    @property
+    def source(self):
+        return self.traced.source
+
+    @property
+    def name(self):
+        return self.kernel.name
+
+    def launch_arguments(self, mask_mod, score_mod, device):
+        """(params, arrays) of one call: the Runtime values and extents by name, and the
+        captured tensors as 1-D or 2-D arrays on `device` ("cpu" or a torch device), int32 or
+        float32, with the objects that keep them alive."""
+        params, captured = self.traced.launch_values(mask_mod, score_mod)
+        arrays = {}
+        for name, (obj, rank, element) in captured.items():
+            arrays[name] = _array_argument(name, obj, rank, element, device)
+        return params, arrays
+
+    def run(self, q, k, v, out, *, mask_mod=None, score_mod=None, lse=None, scale=None,
+            stream=None):
+        """Attention over contiguous [B, H, S, D] arrays (torch tensors, or host arrays with
+        __array_interface__ for a "cpu" kernel): q and out [B, Hq, Sq, D], k and v [B, Hkv,
+        Skv, D], lse float32 [B, Sq, Hq] or None. `mask_mod` and `score_mod` are this call's
+        functions (the ones traced, or others of the same cache key: their captured tensors
+        and Runtime values are read now)."""
+        if self.kernel.page_size != 0:
+            raise ValueError("run() needs a kernel of page size 0 (compile_flex(page_size=0))")
+        host = self.arch == "cpu"
+        arrays = {n: _describe(obj, n, host) for n, obj in
+                  dict(q=q, k=k, v=v, out=out, **({"lse": lse} if lse is not None else {})).items()}
+        for name in ("q", "k", "v", "out"):
+            a = arrays[name]
+            if len(a.shape) != 4:
+                raise ValueError(f"{name}: expected [B, H, S, D], got shape {a.shape}")
+            if a.dtype != self.kernel.dtype:
+                raise ValueError(f"{name}: dtype {a.dtype}, the kernel's is {self.kernel.dtype}")
+            if a.shape[3] != self.kernel.head_dim:
+                raise ValueError(f"{name}: head dim {a.shape[3]}, the kernel's is "
+                                 f"{self.kernel.head_dim}")
+            if a.shape[3] > 1 and a.strides[3] != 1:
+                raise ValueError(f"{name}: the last dimension must be contiguous")
+        batch, heads, q_len, _ = arrays["q"].shape
+        _, kv_heads, kv_len, _ = arrays["k"].shape
+        if arrays["out"].shape != arrays["q"].shape:
+            raise ValueError(f"out: shape {arrays['out'].shape}, q's is {arrays['q'].shape}")
+        if arrays["v"].shape != arrays["k"].shape:
+            raise ValueError(f"v: shape {arrays['v'].shape}, k's is {arrays['k'].shape}")
+        if arrays["k"].shape[0] != batch:
+            raise ValueError(f"k: batch {arrays['k'].shape[0]}, q's is {batch}")
+        if kv_heads == 0 or heads % kv_heads != 0:
+            raise ValueError(f"q has {heads} heads, k {kv_heads}: not a multiple")
+        lse_stride = 0
+        if lse is not None:
+            a = arrays["lse"]
+            if a.dtype != "fp32" or a.shape != (batch, q_len, heads) or a.strides[2] != 1 or \
+                    (batch > 1 and a.strides[0] != q_len * a.strides[1]):
+                raise ValueError(f"lse: expected float32 [B, Sq, Hq] = {(batch, q_len, heads)} "
+                                 f"with rows packed by token, got {a.dtype} {a.shape} strides "
+                                 f"{a.strides}")
+            lse_stride = a.strides[1]
+        device = "cpu" if host else q.device
+        params, captured = self.launch_arguments(mask_mod, score_mod, device)
+        param_values = self.program.param_values(params)
+        descriptors = self.program._arrays_type()
+        for name, (keep, rows, cols) in captured.items():
+            slot = self.program.param_info(name).slot
+            descriptors[slot] = ArrayArg(_pointer(keep, host), rows, cols, cols)
+        starts = _starts(batch, q_len, q, host)
+        key_starts = _starts(batch, kv_len, q, host) if kv_len != q_len else None
+        args = VarlenAttentionArgs(
+            struct_size=ctypes.sizeof(VarlenAttentionArgs),
+            q=arrays["q"].ptr, k=arrays["k"].ptr, v=arrays["v"].ptr, out=arrays["out"].ptr,
+            cu_seqlens=_pointer(starts, host), lse=arrays["lse"].ptr if lse is not None else None,
+            num_tokens=batch * q_len, num_seqs=batch, num_heads=heads, num_kv_heads=kv_heads,
+            max_seq_len=q_len, scale=float(scale) if scale is not None else 0.0,
+            params=param_values, num_params=self.program.param_count,
+            num_arrays=self.program.array_count, arrays=descriptors,
+            cu_seqlens_k=_pointer(key_starts, host) if key_starts is not None else None,
+            num_tokens_k=batch * kv_len, lse_stride_token=lse_stride)
+        for name, length in (("q", q_len), ("k", kv_len), ("v", kv_len), ("out", q_len)):
+            a = arrays[name]
+            setattr(args, f"{name}_stride_token", a.strides[2])
+            setattr(args, f"{name}_stride_head", a.strides[1])
+            # Row i of sequence s is at s * stride_batch + (s * length + i) * stride_token.
+            setattr(args, f"{name}_stride_batch", a.strides[0] - length * a.strides[2])
+        if stream is None and not host and is_torch_tensor(q):
+            from . import _torch_stream
+            stream = _torch_stream(sys.modules["torch"], q.device.index)
+        status = library().fj_varlen_attention(self.kernel.handle, ctypes.byref(args), stream)
+        if status != 0:
+            from . import _check
+            _check(status, self.kernel.context.handle, "fj_varlen_attention")
+        return out
+
+
+def _describe(obj, name, host):
+    if is_torch_tensor(obj):
+        array = describe(obj, name)
+        if array.is_cuda == host:
+            raise ValueError(f"{name}: on {'a CUDA device' if array.is_cuda else 'the host'}, "
+                             f"the kernel runs on {'the host' if host else 'a CUDA device'}")
+        return array
+    interface = getattr(obj, "__array_interface__", None)
+    if host and interface is not None:
+        itemsizes = {"<f2": ("fp16", 2), "<f4": ("fp32", 4), "<i4": ("int32", 4)}
+        dtype, item = itemsizes.get(interface["typestr"], (interface["typestr"], 1))
+        shape = tuple(int(n) for n in interface["shape"])
+        strides = interface.get("strides")
+        if strides is None:
+            from ._arrays import contiguous_strides
+            strides = contiguous_strides(shape)
+        else:
+            strides = tuple(s // item for s in strides)
+        return Array(name, int(interface["data"][0]), shape, strides, dtype, False, None)
+    raise TypeError(f"{name}: expected a torch tensor" + (" or an object with "
+                    "__array_interface__" if host else "") + f", got {type(obj).__name__}")
+
+
+def _pointer(obj, host):
+    if isinstance(obj, ctypes.Array):
+        return ctypes.cast(obj, ctypes.c_void_p).value
+    if is_torch_tensor(obj):
+        return obj.data_ptr() or None
+    return int(obj.__array_interface__["data"][0]) or None
+
+
+_starts_cache = {}
+
+
+def _starts(batch, length, like, host):
+    """cu_seqlens of `batch` sequences of `length` rows: on the host (a ctypes array) for the
+    CPU backend, else an int32 tensor on like's device (kept per shape and device)."""
+    if host and not is_torch_tensor(like):
+        return (ctypes.c_int32 * (batch + 1))(*range(0, (batch + 1) * length, length or 1))
+    torch = sys.modules["torch"]
+    key = (batch, length, str(like.device))
+    found = _starts_cache.get(key)
+    if found is None:
+        found = torch.arange(batch + 1, dtype=torch.int32, device=like.device) * length
+        _remember(_starts_cache, key, found)
+    return found
+
+
+def _array_argument(name, obj, rank, element, device):
+    """(object holding the data, rows, cols) of captured tensor `obj` as the 1-D or 2-D array
+    the traced program declares: int32 for integer and bool tensors, float32 for floating ones;
+    a 0-d tensor is one element, a 3-D or 4-D one [shape[0], the rest]."""
+    shape = _trace._shape_of(obj)
+    if len(shape) != rank:
+        raise ValueError(f"captured tensor {name!r}: traced with {rank} dimensions, now has "
+                         f"{len(shape)}")
+    rows = shape[0] if rank >= 1 else 1
+    cols = 1
+    for extent in shape[1:]:
+        cols *= extent
+    if is_torch_tensor(obj):
+        torch = sys.modules["torch"]
+        dtype = torch.float32 if element == "float" else torch.int32
+        data = obj.to(device=device, dtype=dtype).contiguous()
+        return data, rows, cols
+    interface = obj.__array_interface__
+    want = "<f4" if element == "float" else "<i4"
+    if device != "cpu" or interface["typestr"] != want or interface.get("strides") not in (
+            None, tuple(_contiguous_bytes(shape, 4))):
+        raise ValueError(f"captured array {name!r}: a host array must be contiguous {want} "
+                         f"(got {interface['typestr']}); convert it, or capture a torch tensor")
+    return obj, rows, cols
+
+
+def _contiguous_bytes(shape, item):
+    strides, step = [], item
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def compile_flex(mask_mod=None, score_mod=None, *, head_dim, dtype="bf16", page_size=0,
+                 arch=None):
+    """The FlexKernel of the traced pair (traces and kernels are cached: a function of the same
+    code and capture structure, even with other tensor values, reuses both)."""
+    traced = traced_program(mask_mod, score_mod)
+    from . import _dtype_name
+    dtype = _dtype_name(dtype)
+    key = (traced.source, head_dim, dtype, page_size, arch)
+    with _lock:
+        found = _kernels.get(key)
+    if found is None:
+        context = _default_context()
+        program = context.program(traced.source, name="traced.mask")
+        kernel = context.kernel(program, traced.mask, score=traced.score, head_dim=head_dim,
+                                dtype=dtype, page_size=page_size, arch=arch)
+        found = (program, kernel)
+        with _lock:
+            _remember(_kernels, key, found)
+    return FlexKernel(traced, found[0], found[1], arch)
+
+
+def _forward_only(*tensors):
+    torch = sys.modules["torch"]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise RuntimeError("flexjit.flex_attention is forward only: an input requires grad "
+                           "(use torch.no_grad() or .detach())")
+
+
+def _kernel_dtype(tensor):
+    names = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
+    if str(tensor.dtype) not in names:
+        raise ValueError(f"dtype {tensor.dtype} is not supported (bfloat16, float16)")
+    return names[str(tensor.dtype)]
+
+
+def _usable(t):
+    """`t` itself when the kernel can read it (last dimension contiguous, other strides
+    multiples of 8 elements, 16-byte aligned), else a contiguous copy."""
+    strides = t.stride()
+    if t.shape[-1] > 1 and strides[-1] != 1 or any(s % 8 for s in strides[:-1]) or \
+            t.data_ptr() % 16:
+        return t.contiguous()
+    return t
+
+
+def flex_attention(query, key, value, score_mod=None, mask_mod=None, scale=None,
+                   enable_gqa=False, return_lse=False):
+    """torch.nn.attention.flex_attention.flex_attention's forward, on flexjit kernels.
+
+    query [B, Hq, Sq, D], key and value [B, Hkv, Skv, D] (Hkv = Hq unless enable_gqa), bfloat16
+    or float16 torch tensors on a CUDA device, or on the CPU (the CPU backend). Sq may differ
+    from Skv: q_idx and kv_idx both count from 0, as in torch. No block mask: the mask's tiles
+    are classified by the compiled kernel. Returns out [B, Hq, Sq, D] (and, with return_lse,
+    the natural-log LSE [B, Hq, Sq], float32, a view of a [B, Sq, Hq] tensor)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
+        raise TypeError("flex_attention takes torch tensors (FlexKernel.run takes host arrays)")
+    _forward_only(query, key, value)
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        raise ValueError(f"expected [B, H, S, D] tensors, got {tuple(query.shape)}, "
+                         f"{tuple(key.shape)}, {tuple(value.shape)}")
+    batch, heads, q_len, head_dim = query.shape
+    if key.shape[1] != heads and not enable_gqa:
+        raise ValueError(f"query has {heads} heads, key {key.shape[1]}: pass enable_gqa=True "
+                         f"for grouped-query attention")
+    host = query.device.type == "cpu"
+    if not host and query.device.type != "cuda":
+        raise ValueError(f"device {query.device} is not supported (cuda, cpu)")
+    query, key, value = _usable(query), _usable(key), _usable(value)
+    out = torch.empty((batch, heads, q_len, head_dim), dtype=query.dtype, device=query.device)
+    lse = torch.empty((batch, q_len, heads), dtype=torch.float32, device=query.device) \
+        if return_lse else None
+    if host:
+        kernel = compile_flex(mask_mod, score_mod, head_dim=head_dim,
+                              dtype=_kernel_dtype(query), page_size=0, arch="cpu")
+        kernel.run(query, key, value, out, mask_mod=mask_mod, score_mod=score_mod, lse=lse,
+                   scale=scale)
+    else:
+        with torch.cuda.device(query.device):
+            kernel = compile_flex(mask_mod, score_mod, head_dim=head_dim,
+                                  dtype=_kernel_dtype(query), page_size=0)
+            kernel.run(query, key, value, out, mask_mod=mask_mod, score_mod=score_mod, lse=lse,
+                       scale=scale)
+    return (out, lse.transpose(1, 2)) if return_lse else out
+
+
+def flex_attention_paged(query, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
+                         score_mod=None, mask_mod=None, scale=None, max_query_len=None,
+                         kv_layout="NHD", out=None, lse=None):
+    """The traced pair over vLLM's paged KV cache (Kernel.__call__'s arguments, CUDA tensors):
+    query [num_tokens, Hq, D], caches [blocks, page, Hkv, D] ("NHD") or [blocks, Hkv, page, D]
+    ("HND"), block_table, query_start_loc, seq_lens int32. `b` is the request and q_idx the
+    query's logical position (seq_len - query_len + its row in the request: a decode step's
+    query sees the position after its history), as every paged call
+    (docs/architecture.md#call-contract). Returns out (and fills lse when given)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(query, torch.Tensor):
+        raise TypeError("flex_attention_paged takes torch tensors")
+    _forward_only(query, k_cache, v_cache)
+    page_size = k_cache.shape[1] if kv_layout == "NHD" else k_cache.shape[2]
+    with torch.cuda.device(query.device):
+        kernel = compile_flex(mask_mod, score_mod, head_dim=query.shape[-1],
+                              dtype=_kernel_dtype(query), page_size=page_size)
+        params, captured = kernel.launch_arguments(mask_mod, score_mod, query.device)
+        arrays = {name: data.reshape(rows, cols) if kernel.program.param_info(name).rank == 2
+                  else data.reshape(rows) for name, (data, rows, cols) in captured.items()}
+        return kernel.kernel(query, k_cache, v_cache, block_table, query_start_loc, seq_lens,
+                             out=out, lse=lse, max_query_len=max_query_len, params=params,
+                             arrays=arrays, scale=float(scale) if scale is not None else 0.0,
+                             kv_layout=kv_layout)
