@@ -92,11 +92,21 @@ std::optional<Failure> require_row_strides(std::initializer_list<NamedValue> str
 }
 
 // fj_device of a context-level call (fj_kv_cache_write, fj_merge_states).
-std::optional<Failure> check_device(fj_device device) {
-  if (device != FJ_DEVICE_CUDA && device != FJ_DEVICE_CPU) {
+std::optional<Failure> check_device(const fj_device& device) {
+  const int32_t value = enum_bits(device);
+  if (value != FJ_DEVICE_CUDA && value != FJ_DEVICE_CPU) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
-                fmt::format("device ({}) is neither FJ_DEVICE_CUDA nor FJ_DEVICE_CPU",
-                            static_cast<int>(device)));
+                fmt::format("device ({}) is neither FJ_DEVICE_CUDA nor FJ_DEVICE_CPU", value));
+  }
+  return std::nullopt;
+}
+
+// fj_dtype of a kernel description or a merge.
+std::optional<Failure> check_dtype(const fj_dtype& dtype) {
+  const int32_t value = enum_bits(dtype);
+  if (!supported::dtype(value)) {
+    return fail(FJ_ERROR_UNSUPPORTED,
+                fmt::format("dtype {} is not supported (FJ_DTYPE_FP16, FJ_DTYPE_BF16)", value));
   }
   return std::nullopt;
 }
@@ -778,11 +788,7 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
                   fmt::format("head_dim {} is not supported (supported: {})", desc->head_dim,
                               flexjit::supported::head_dims_text()));
     }
-    if (!flexjit::supported::dtype(desc->dtype)) {
-      return fail(FJ_ERROR_UNSUPPORTED,
-                  fmt::format("dtype {} is not supported (FJ_DTYPE_FP16, FJ_DTYPE_BF16)",
-                              static_cast<int>(desc->dtype)));
-    }
+    if (auto f = flexjit::check_dtype(desc->dtype)) return f;
     if (!flexjit::supported::page_size(desc->page_size)) {
       return fail(FJ_ERROR_UNSUPPORTED,
                   fmt::format("page_size {} is not supported ({})", desc->page_size,
@@ -1013,10 +1019,7 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
       return f;
     }
     if (auto f = flexjit::check_device(a.device)) return f;
-    if (a.dtype != FJ_DTYPE_BF16 && a.dtype != FJ_DTYPE_FP16) {
-      return fail(FJ_ERROR_UNSUPPORTED,
-                  fmt::format("dtype {} is not supported", static_cast<int>(a.dtype)));
-    }
+    if (auto f = flexjit::check_dtype(a.dtype)) return f;
     if (a.num_tokens < 0 || a.num_heads <= 0 || a.head_dim <= 0 || a.head_dim % 8 != 0) {
       return fail(FJ_ERROR_INVALID_ARGUMENT,
                   "num_tokens must be >= 0, num_heads positive, head_dim a positive multiple of 8");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,9 +48,10 @@ constexpr bool page_size(int value) {
   return value >= 0 && value <= kMaxPageSize && value % kPageSizeStep == 0;
 }
 
-constexpr bool dtype(fj_dtype value) {
+// `value`: an fj_dtype as the int a C caller stored (any int; see enum_bits in the C API).
+constexpr bool dtype(int32_t value) {
   return std::any_of(kDtypes.begin(), kDtypes.end(),
-                     [&](const Dtype& d) { return d.dtype == value; });
+                     [&](const Dtype& d) { return static_cast<int32_t>(d.dtype) == value; });
 }
 
 // The dtype a name ("bf16", "fp16") stands for.
