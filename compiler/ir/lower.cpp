@@ -265,6 +265,7 @@ class Lowerer {
         Result<std::vector<ir::Expr>> operands = lower_args(e, 2, depth);
         if (!operands) return operands.error();
         promote_pair((*operands)[0], (*operands)[1]);
+        if (auto error = check_divisor(e, (*operands)[1])) return *error;
         return build(e, binary_kind(e.binary_op), dsl::op_spelling(e.binary_op), *operands);
       }
       case dsl::Expr::Kind::Conditional: {
@@ -282,6 +283,25 @@ class Lowerer {
         return lower_reduce(e, depth);
     }
     return error_at(e.span, "the module has errors");
+  }
+
+  // The checker rejects a divisor that is constant zero in the source; a -D override can make
+  // one (`-D chunk=0` in `q / chunk`), which is rejected here alike.
+  std::optional<Error> check_divisor(const dsl::Expr& e, const ir::Expr& divisor) const {
+    if (overrides_.empty() ||
+        (e.binary_op != dsl::BinaryOp::Div && e.binary_op != dsl::BinaryOp::Mod)) {
+      return std::nullopt;
+    }
+    const ir::Expr folded = ir::fold_constants(divisor);
+    const ir::IntImm* int_value = folded.as<ir::IntImm>();
+    const ir::FloatImm* float_value = folded.as<ir::FloatImm>();
+    if ((int_value != nullptr && int_value->value == 0) ||
+        (float_value != nullptr && float_value->value == 0.0f)) {
+      return error_at(e.args[1]->span,
+                      fmt::format("constant {} by zero with the -D overrides given",
+                                  e.binary_op == dsl::BinaryOp::Div ? "division" : "modulo"));
+    }
+    return std::nullopt;
   }
 
   Result<std::vector<ir::Expr>> lower_args(const dsl::Expr& e, size_t count, uint32_t depth) {

@@ -67,7 +67,10 @@ std::string format_with(const Source& source, const LineIndex& lines,
     shown = "...";
     marker = "   ";
   }
-  shown += line.substr(from, to - from);
+  // Control bytes (ESC, NUL, ...) of a hostile file never reach the terminal: each is shown as
+  // one '?', so the caret stays under its column. Tabs stay, for the marker line below.
+  for (const char c : line.substr(from, to - from))
+    shown += c != '\t' && (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
   if (to < line.size()) shown += "...";
 
   // The marker line repeats the source line's tabs so that the caret lines up with the

@@ -516,7 +516,8 @@ Result<std::shared_ptr<const CpuKernel>> make_cpu_kernel(const Variant& variant,
 
 std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bool contiguous,
                                             int32_t page_size, int32_t num_tokens,
-                                            int32_t num_key_tokens, int32_t max_query_len) {
+                                            int32_t num_key_tokens, int32_t max_query_len,
+                                            int64_t num_blocks) {
   const char* starts = contiguous ? "cu_seqlens" : "query_start_loc";
   const char* requests = contiguous ? "sequence" : "request";
   if (args.query_start_loc[0] < 0 || args.query_start_loc[0] > num_tokens) {
@@ -556,6 +557,10 @@ std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bo
     for (int64_t j = 0; j < blocks; ++j) {
       if (row[j] < 0) {
         return fmt::format("block_table[{}][{}] ({}) is negative", r, j, row[j]);
+      }
+      if (num_blocks > 0 && row[j] >= num_blocks) {
+        return fmt::format("block_table[{}][{}] ({}) is past the cache's {} blocks (num_blocks)", r,
+                           j, row[j], num_blocks);
       }
     }
   }

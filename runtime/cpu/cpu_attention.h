@@ -47,11 +47,12 @@ Result<std::shared_ptr<const CpuKernel>> make_cpu_kernel(const Variant& variant,
 // Checks what a kernel cannot check but the host can read: query_start_loc starts at 0 or
 // more, never decreases, ends at most at num_tokens, and gives no request more than
 // max_query_len rows; a paged request's seq_len covers its query rows; the block-table
-// entries that will be read are not negative; a contiguous call's key_start_loc makes ranges of
-// [0, num_key_tokens). nullopt when the batch is sound.
+// entries that will be read are not negative, and below num_blocks when it is not 0; a contiguous
+// call's key_start_loc makes ranges of [0, num_key_tokens). nullopt when the batch is sound.
 std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bool contiguous,
                                             int32_t page_size, int32_t num_tokens,
-                                            int32_t num_key_tokens, int32_t max_query_len);
+                                            int32_t num_key_tokens, int32_t max_query_len,
+                                            int64_t num_blocks);
 
 // Runs the attention of `args` (checked by the C API's rules and check_host_batch; the
 // summaries of the arrays the variant reads along a position built in args.params) on `pool`.

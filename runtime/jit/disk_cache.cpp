@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <system_error>
 #include <utility>
 
@@ -154,25 +156,53 @@ std::string encode_cache_entry(std::string_view key, const CacheEntry& entry) {
   return out;
 }
 
-Result<CacheEntry> decode_cache_entry(std::string_view key, std::string_view bytes) {
-  if (bytes.size() < kHeaderSize + kChecksumSize) {
-    return Error{fmt::format("truncated: {} bytes, shorter than any entry", bytes.size())};
+namespace {
+
+// What is wrong with an entry of `size` bytes whose first bytes are `header` (at least
+// kHeaderSize of them when size allows), judged before the rest is read: nullopt when the
+// header is of this format and its sizes add up to `size`.
+std::optional<Error> header_error(std::string_view header, uint64_t size) {
+  if (size < kHeaderSize + kChecksumSize) {
+    return Error{fmt::format("truncated: {} bytes, shorter than any entry", size)};
   }
-  if (bytes.substr(0, kMagic.size()) != kMagic) return Error{"not a flexjit cache entry"};
-  if (const uint64_t version = get_le(bytes, 8, 4); version != kCacheFormatVersion) {
+  if (header.substr(0, kMagic.size()) != kMagic) return Error{"not a flexjit cache entry"};
+  if (const uint64_t version = get_le(header, 8, 4); version != kCacheFormatVersion) {
     return Error{fmt::format("format version {}, this library reads version {}", version,
                              kCacheFormatVersion)};
   }
+  const uint64_t name_size = get_le(header, 12, 4);
+  const uint64_t log_size = get_le(header, 16, 4);
+  const uint64_t cubin_size = get_le(header, 24, 8);
+  // Sizes are at most 2^32 + 2^32 + 2^64: compared one by one so the sum cannot wrap.
+  const uint64_t body = size - kHeaderSize - kChecksumSize;
+  if (get_le(header, 20, 4) != 0 || name_size > body || log_size > body - name_size ||
+      cubin_size != body - name_size - log_size) {
+    return Error{
+        fmt::format("truncated or corrupt: {} bytes do not match the sizes in its header", size)};
+  }
+  return std::nullopt;
+}
+
+// Whether this process has not reported the bad file at `path` (as `status` describes it: a
+// file written again is another) yet: each is reported once per process, however many contexts
+// and host code stores (each a DiskCache of its own) come across it.
+bool first_report_of(const fs::path& path, const struct stat& status) {
+  static std::mutex mutex;
+  static std::set<std::string> reported;
+  std::lock_guard lock(mutex);
+  return reported
+      .insert(fmt::format("{}\n{} {} {}.{}", path.string(), status.st_ino, status.st_size,
+                          status.st_mtim.tv_sec, status.st_mtim.tv_nsec))
+      .second;
+}
+
+}  // namespace
+
+Result<CacheEntry> decode_cache_entry(std::string_view key, std::string_view bytes) {
+  if (auto error = header_error(bytes, bytes.size())) return *error;
   const uint64_t name_size = get_le(bytes, 12, 4);
   const uint64_t log_size = get_le(bytes, 16, 4);
   const uint64_t cubin_size = get_le(bytes, 24, 8);
-  // Sizes are at most 2^32 + 2^32 + 2^64: compared one by one so the sum cannot wrap.
-  const uint64_t body = bytes.size() - kHeaderSize - kChecksumSize;
-  if (get_le(bytes, 20, 4) != 0 || name_size > body || log_size > body - name_size ||
-      cubin_size != body - name_size - log_size) {
-    return Error{fmt::format("truncated or corrupt: {} bytes do not match the sizes in its header",
-                             bytes.size())};
-  }
   const size_t checked = bytes.size() - kChecksumSize;
   if (get_le(bytes, checked, 8) != XXH3_64bits(bytes.data(), checked)) {
     return Error{"corrupt: checksum mismatch"};
@@ -226,8 +256,7 @@ void DiskCache::disable_writes(std::string_view why) {
   });
 }
 
-std::optional<CacheEntry> DiskCache::load(std::string_view name, std::string_view key,
-                                          LogLevel bad_file_level) {
+std::optional<CacheEntry> DiskCache::load(std::string_view name, std::string_view key) {
   const fs::path path = entry_path(name, key);
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) {
@@ -242,23 +271,20 @@ std::optional<CacheEntry> DiskCache::load(std::string_view name, std::string_vie
   std::string bytes(std::min(size, kHeaderSize), '\0');
   Result<CacheEntry> entry = Error{"unreadable"};
   if (read_exact(fd.get(), bytes.data(), bytes.size())) {
-    const bool plausible = size >= kHeaderSize + kChecksumSize &&
-                           std::string_view(bytes).substr(0, kMagic.size()) == kMagic &&
-                           get_le(bytes, 8, 4) == kCacheFormatVersion &&
-                           kHeaderSize + get_le(bytes, 12, 4) + get_le(bytes, 16, 4) +
-                                   get_le(bytes, 24, 8) + kChecksumSize ==
-                               size;
-    if (plausible) {
+    if (auto error = header_error(bytes, size)) {
+      entry = std::move(*error);
+    } else {
       bytes.resize(size);
-      if (!read_exact(fd.get(), bytes.data() + kHeaderSize, size - kHeaderSize)) {
-        bytes.resize(kHeaderSize);
+      if (read_exact(fd.get(), bytes.data() + kHeaderSize, size - kHeaderSize)) {
+        entry = decode_cache_entry(key, bytes);
+      } else {
+        entry = Error{fmt::format("shorter than its {} bytes when read", size)};
       }
     }
-    entry = decode_cache_entry(key, bytes);
   }
   if (!entry) {
-    log(bad_file_level, "ignoring cache entry {}: {}; rebuilding it", path.string(),
-        entry.error().message);
+    log(first_report_of(path, status) ? LogLevel::Warn : LogLevel::Debug,
+        "ignoring cache entry {}: {}; rebuilding it", path.string(), entry.error().message);
     return std::nullopt;
   }
   // A hit appends one byte to the sidecar: its size counts the hits and its mtime is the
@@ -305,10 +331,8 @@ bool DiskCache::store(std::string_view name, std::string_view key, const CacheEn
 
 Result<DiskCache::Loaded> DiskCache::get_or_build(
     std::string_view name, std::string_view key, const std::function<Result<CacheEntry>()>& build) {
-  bool looked = false;
   if (config_.read_entries) {
     if (auto entry = load(name, key)) return Loaded{std::move(*entry), Origin::Disk};
-    looked = true;
   }
   // The lock serialises builders of one key across processes: the first builds, the others
   // wait and then find its entry. flock is released when its holder dies, so a killed
@@ -330,8 +354,8 @@ Result<DiskCache::Loaded> DiskCache::get_or_build(
       if (locked == 0) lock.emplace(fd.release());
     }
     if (lock && config_.read_entries) {
-      // A bad file found by the first look was reported there: one warning per rebuild.
-      if (auto entry = load(name, key, looked ? LogLevel::Debug : LogLevel::Warn)) {
+      // A bad file found by the first look was reported there, and is not again.
+      if (auto entry = load(name, key)) {
         return Loaded{std::move(*entry), Origin::Disk};
       }
     }

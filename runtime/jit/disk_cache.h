@@ -84,10 +84,10 @@ class DiskCache {
   Result<Loaded> get_or_build(std::string_view name, std::string_view key,
                               const std::function<Result<CacheEntry>()>& build);
 
-  // A valid entry for `key`, recording the hit; nullopt on a miss or a bad file (logged at
-  // `bad_file_level`: get_or_build's second look logs the file it already warned of at Debug).
-  std::optional<CacheEntry> load(std::string_view name, std::string_view key,
-                                 LogLevel bad_file_level = LogLevel::Warn);
+  // A valid entry for `key`, recording the hit; nullopt on a miss or a bad file (a warning
+  // with its real size and what is wrong, once per process for each bad file, whichever
+  // DiskCache of the process finds it; later looks log it at Debug).
+  std::optional<CacheEntry> load(std::string_view name, std::string_view key);
 
   // Publishes `entry` atomically; false (after the one warning) when the directory cannot be
   // written.

@@ -4,11 +4,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <new>
-#include <sstream>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -94,11 +92,21 @@ std::optional<Failure> require_row_strides(std::initializer_list<NamedValue> str
 }
 
 // fj_device of a context-level call (fj_kv_cache_write, fj_merge_states).
-std::optional<Failure> check_device(fj_device device) {
-  if (device != FJ_DEVICE_CUDA && device != FJ_DEVICE_CPU) {
+std::optional<Failure> check_device(const fj_device& device) {
+  const int32_t value = enum_bits(device);
+  if (value != FJ_DEVICE_CUDA && value != FJ_DEVICE_CPU) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
-                fmt::format("device ({}) is neither FJ_DEVICE_CUDA nor FJ_DEVICE_CPU",
-                            static_cast<int>(device)));
+                fmt::format("device ({}) is neither FJ_DEVICE_CUDA nor FJ_DEVICE_CPU", value));
+  }
+  return std::nullopt;
+}
+
+// fj_dtype of a kernel description or a merge.
+std::optional<Failure> check_dtype(const fj_dtype& dtype) {
+  const int32_t value = enum_bits(dtype);
+  if (!supported::dtype(value)) {
+    return fail(FJ_ERROR_UNSUPPORTED,
+                fmt::format("dtype {} is not supported (FJ_DTYPE_FP16, FJ_DTYPE_BF16)", value));
   }
   return std::nullopt;
 }
@@ -245,7 +253,8 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
   if (auto f = require_non_negative({{"num_tokens", a.num_tokens},
                                      {"num_reqs", a.num_reqs},
                                      {"max_query_len", a.max_query_len},
-                                     {"max_blocks_per_req", a.max_blocks_per_req}})) {
+                                     {"max_blocks_per_req", a.max_blocks_per_req},
+                                     {"num_blocks", a.num_blocks}})) {
     return f;
   }
   if (auto f = check_heads(a.num_heads, a.num_kv_heads)) return f;
@@ -565,14 +574,31 @@ std::optional<Failure> enqueue_summaries(fj_kernel& kernel, const SummaryLayout&
   return std::nullopt;
 }
 
+// The host's copy of the longest query (`name`: max_query_len, max_seq_len) sizes the grid, so
+// 0 with rows to compute would launch nothing and leave them unwritten: rejected on every
+// device. (A non-zero value that is too small is caught by the CPU backend, which reads the
+// lengths; on the GPU they are device memory.)
+std::optional<Failure> check_longest_query(const char* name, int32_t max_query_len,
+                                           int32_t num_sequences, int32_t num_tokens) {
+  if (max_query_len == 0 && num_sequences > 0 && num_tokens > 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("{} is 0 but the call has {} query rows: pass the longest "
+                            "request's query rows",
+                            name, num_tokens));
+  }
+  return std::nullopt;
+}
+
 // Launches the attention kernel over `num_sequences` sequences of at most `max_query_len`
 // query rows each (`num_tokens` in all), after the summaries of the arrays it reads (in
 // `workspace`, or the kernel's own buffer when null). A CPU kernel runs here and now; it checks
-// a contiguous call's key_start_loc against `num_key_tokens`.
+// a contiguous call's key_start_loc against `num_key_tokens` and block-table entries against
+// `num_blocks` (0: unchecked).
 std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs& device,
                                         void* workspace, uint64_t workspace_bytes,
                                         int32_t max_query_len, int32_t num_sequences,
-                                        int32_t num_tokens, int32_t num_key_tokens, void* stream) {
+                                        int32_t num_tokens, int32_t num_key_tokens,
+                                        int64_t num_blocks, void* stream) {
   const int64_t group = device.num_heads / device.num_kv_heads;
   const int64_t packed_rows = int64_t{max_query_len} * group;
   const PrefillLaunchShape& shape = kernel.launch_shape;
@@ -588,7 +614,7 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
   if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
   if (kernel.entry->cpu) {
     if (auto f = cpu::launch_attention(*kernel.entry->cpu, layout, device, workspace, num_tokens,
-                                       num_key_tokens, max_query_len)) {
+                                       num_key_tokens, max_query_len, num_blocks)) {
       return fail(f->status, std::move(f->message));
     }
     return std::nullopt;
@@ -691,12 +717,9 @@ FJ_API fj_status fj_program_create_from_file(fj_context* context, const char* pa
     if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
     if (path == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "path is null");
     if (out == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "out is null");
-    std::ifstream file(path, std::ios::binary);
-    if (!file) return fail(FJ_ERROR_NOT_FOUND, fmt::format("cannot open '{}'", path));
-    std::ostringstream text;
-    text << file.rdbuf();
-    if (file.bad()) return fail(FJ_ERROR_NOT_FOUND, fmt::format("cannot read '{}'", path));
-    return flexjit::create_program(context, flexjit::dsl::Source{path, text.str()}, out);
+    flexjit::dsl::SourceFile file = flexjit::dsl::read_source_file(path);
+    if (!file.source) return fail(FJ_ERROR_NOT_FOUND, std::move(file.error));
+    return flexjit::create_program(context, std::move(*file.source), out);
   });
 }
 
@@ -729,15 +752,21 @@ FJ_API fj_status fj_program_param_slot(const fj_program* program, const char* na
 }
 
 FJ_API fj_status fj_program_param_count(const fj_program* program, int32_t* count) {
-  if (program == nullptr || count == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
-  *count = static_cast<int32_t>(program->scalars.size());
-  return FJ_SUCCESS;
+  const fj_context* context = program != nullptr ? program->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (auto f = flexjit::require_non_null({{"program", program}, {"count", count}})) return f;
+    *count = static_cast<int32_t>(program->scalars.size());
+    return std::nullopt;
+  });
 }
 
 FJ_API fj_status fj_program_array_count(const fj_program* program, int32_t* count) {
-  if (program == nullptr || count == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
-  *count = static_cast<int32_t>(program->arrays.size());
-  return FJ_SUCCESS;
+  const fj_context* context = program != nullptr ? program->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (auto f = flexjit::require_non_null({{"program", program}, {"count", count}})) return f;
+    *count = static_cast<int32_t>(program->arrays.size());
+    return std::nullopt;
+  });
 }
 
 FJ_API fj_status fj_program_param_info(const fj_program* program, const char* name,
@@ -784,11 +813,7 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
                   fmt::format("head_dim {} is not supported (supported: {})", desc->head_dim,
                               flexjit::supported::head_dims_text()));
     }
-    if (!flexjit::supported::dtype(desc->dtype)) {
-      return fail(FJ_ERROR_UNSUPPORTED,
-                  fmt::format("dtype {} is not supported (FJ_DTYPE_FP16, FJ_DTYPE_BF16)",
-                              static_cast<int>(desc->dtype)));
-    }
+    if (auto f = flexjit::check_dtype(desc->dtype)) return f;
     if (!flexjit::supported::page_size(desc->page_size)) {
       return fail(FJ_ERROR_UNSUPPORTED,
                   fmt::format("page_size {} is not supported ({})", desc->page_size,
@@ -804,9 +829,9 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
     if (desc->arch != nullptr && desc->arch == flexjit::cpu::kArch) {
       config.arch = flexjit::cpu::kArch;  // the CPU backend: no NVRTC, no device
     } else if (desc->arch != nullptr) {
-      if (!flexjit::supported::cuda_arch(desc->arch)) {
-        return fail(FJ_ERROR_UNSUPPORTED,
-                    fmt::format("arch '{}' is not of the form sm_NN or sm_NNa", desc->arch));
+      if (std::string problem = flexjit::supported::cuda_arch_problem(desc->arch);
+          !problem.empty()) {
+        return fail(FJ_ERROR_UNSUPPORTED, std::move(problem));
       }
       config.arch = desc->arch;
     } else {
@@ -859,9 +884,13 @@ FJ_API fj_status fj_kernel_destroy(fj_kernel* kernel) {
 }
 
 FJ_API fj_status fj_kernel_name(const fj_kernel* kernel, const char** name) {
-  if (kernel == nullptr || name == nullptr) return FJ_ERROR_INVALID_ARGUMENT;
-  *name = kernel->entry->cpu ? kernel->entry->cpu->name.c_str() : kernel->compiled->name().c_str();
-  return FJ_SUCCESS;
+  const fj_context* context = kernel != nullptr ? kernel->context : nullptr;
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (auto f = flexjit::require_non_null({{"kernel", kernel}, {"name", name}})) return f;
+    *name =
+        kernel->entry->cpu ? kernel->entry->cpu->name.c_str() : kernel->compiled->name().c_str();
+    return std::nullopt;
+  });
 }
 
 FJ_API fj_status fj_attention_workspace_size(const fj_kernel* kernel, const fj_array* arrays,
@@ -895,8 +924,13 @@ FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_
     }
     fj::PagedPrefillArgs device;
     if (auto failure = flexjit::prepare_paged_args(*kernel, a, device)) return failure;
+    if (auto failure = flexjit::check_longest_query("max_query_len", a.max_query_len, a.num_reqs,
+                                                    a.num_tokens)) {
+      return failure;
+    }
     return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes,
-                                     a.max_query_len, a.num_reqs, a.num_tokens, 0, stream);
+                                     a.max_query_len, a.num_reqs, a.num_tokens, 0, a.num_blocks,
+                                     stream);
   });
 }
 
@@ -911,8 +945,12 @@ FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attentio
     }
     fj::PagedPrefillArgs device;
     if (auto failure = flexjit::prepare_varlen_args(*kernel, a, device)) return failure;
+    if (auto failure =
+            flexjit::check_longest_query("max_seq_len", a.max_seq_len, a.num_seqs, a.num_tokens)) {
+      return failure;
+    }
     return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes, a.max_seq_len,
-                                     a.num_seqs, a.num_tokens, a.num_tokens_k, stream);
+                                     a.num_seqs, a.num_tokens, a.num_tokens_k, 0, stream);
   });
 }
 
@@ -1007,10 +1045,7 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
       return f;
     }
     if (auto f = flexjit::check_device(a.device)) return f;
-    if (a.dtype != FJ_DTYPE_BF16 && a.dtype != FJ_DTYPE_FP16) {
-      return fail(FJ_ERROR_UNSUPPORTED,
-                  fmt::format("dtype {} is not supported", static_cast<int>(a.dtype)));
-    }
+    if (auto f = flexjit::check_dtype(a.dtype)) return f;
     if (a.num_tokens < 0 || a.num_heads <= 0 || a.head_dim <= 0 || a.head_dim % 8 != 0) {
       return fail(FJ_ERROR_INVALID_ARGUMENT,
                   "num_tokens must be >= 0, num_heads positive, head_dim a positive multiple of 8");

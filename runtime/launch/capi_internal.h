@@ -59,6 +59,17 @@ fj_status guarded(const fj_context* context, Body&& body) {
   }
 }
 
+// The value a caller stored in a C enum field (fj_dtype, fj_device): C lets any int through, and
+// loading a value outside the enum's range as the C++ enum type is undefined behaviour, so the
+// field is read as its int32 representation and checked before it is used as the enum.
+template <class Enum>
+int32_t enum_bits(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int32_t));
+  int32_t value;
+  std::memcpy(&value, &field, sizeof(value));
+  return value;
+}
+
 struct NamedPointer {
   const char* name;
   const void* pointer;

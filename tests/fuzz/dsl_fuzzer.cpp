@@ -10,19 +10,12 @@
 #include <vector>
 
 #include "flexjit/dsl/frontend.h"
+#include "fuzz_require.h"
 #include "json_check.h"
 
 using namespace flexjit::dsl;
 
 namespace {
-
-#define FUZZ_REQUIRE(condition)                                                            \
-  do {                                                                                     \
-    if (!(condition)) {                                                                    \
-      std::fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #condition); \
-      std::abort();                                                                        \
-    }                                                                                      \
-  } while (0)
 
 constexpr size_t kMaxJsonDiagnostics = 16;
 

@@ -73,6 +73,14 @@ class StructLayoutTest(unittest.TestCase):
                     self.assertEqual(getattr(struct, field).offset,
                                      self.layout[(c_name, field)])
 
+    def test_grown_structs_grow_at_the_end(self):
+        # A caller built against an older header passes a shorter struct_size: the fields added
+        # since (0.3's workspace, 0.5's num_blocks) must follow every older one.
+        names = [field for field, _ in _capi.PagedAttentionArgs._fields_]
+        self.assertEqual(names[-3:], ["workspace", "workspace_bytes", "num_blocks"])
+        self.assertEqual(self.layout[("fj_paged_attention_args", "num_blocks")] + 8,
+                         self.layout[("fj_paged_attention_args", "sizeof")])
+
     def test_every_c_field_is_mirrored(self):
         # A field added to the header but not to _capi shows as a larger C struct; also check
         # that the mirrored fields appear in the header in the same order.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "check/check_support.h"
+#include "cpu_paged_batch.h"
 #include "flexjit/flexjit.h"
 
 namespace {
@@ -46,68 +47,6 @@ fj_kernel* cpu_kernel(const Context& c, const char* mask, int page_size) {
   REQUIRE(fj_kernel_create(c.context, c.program, &desc, &kernel) == FJ_SUCCESS);
   return kernel;
 }
-
-// 64-byte aligned host memory.
-template <class T>
-struct Buffer {
-  struct Free {
-    void operator()(T* p) const { std::free(p); }
-  };
-  std::unique_ptr<T, Free> memory;
-  explicit Buffer(size_t count, T fill = T{})
-      : memory(static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64))) {
-    REQUIRE(memory != nullptr);
-    std::fill(memory.get(), memory.get() + count, fill);
-  }
-  T* get() const { return memory.get(); }
-};
-
-// One request of 4 new tokens after 16 cached ones (two pages of 16), 8 heads over 2 kv heads,
-// head dim 128, NHD cache of 3 blocks; q and K/V hold small bf16 values.
-struct PagedBatch {
-  Buffer<uint16_t> q{4 * 8 * 128, 0x3f80};  // 1.0
-  Buffer<uint16_t> out{4 * 8 * 128, 0xffff};
-  Buffer<uint16_t> k{3 * 16 * 2 * 128, 0x3f00};  // 0.5
-  Buffer<uint16_t> v{3 * 16 * 2 * 128, 0x3f80};
-  Buffer<float> lse{4 * 8, 0.0f};
-  Buffer<int32_t> qsl{2}, seq_lens{1}, table{4};
-  int32_t window = 8;
-  fj_paged_attention_args args{};
-
-  PagedBatch() {
-    qsl.get()[0] = 0;
-    qsl.get()[1] = 4;
-    seq_lens.get()[0] = 20;
-    table.get()[0] = 2;
-    table.get()[1] = 0;
-    table.get()[2] = 0x7fffff00;  // never read
-    table.get()[3] = -5;          // never read
-    args.struct_size = sizeof(args);
-    args.q = q.get();
-    args.out = out.get();
-    args.k_cache = k.get();
-    args.v_cache = v.get();
-    args.query_start_loc = qsl.get();
-    args.seq_lens = seq_lens.get();
-    args.block_table = table.get();
-    args.lse = lse.get();
-    args.num_tokens = 4;
-    args.num_reqs = 1;
-    args.num_heads = 8;
-    args.num_kv_heads = 2;
-    args.max_query_len = 4;
-    args.max_blocks_per_req = 2;
-    args.q_stride_token = args.out_stride_token = 8 * 128;
-    args.q_stride_head = args.out_stride_head = 128;
-    args.k_stride_block = args.v_stride_block = 16 * 2 * 128;
-    args.k_stride_slot = args.v_stride_slot = 2 * 128;
-    args.k_stride_head = args.v_stride_head = 128;
-    args.block_table_stride = 4;
-    args.lse_stride_token = 8;
-    args.params = &window;
-    args.num_params = 1;
-  }
-};
 
 }  // namespace
 
@@ -181,6 +120,22 @@ TEST_CASE("CPU launches reject bad arguments with a status", "[cpu]") {
   CHECK(status_of([](PagedBatch& b) { b.seq_lens.get()[0] = 3; }) == FJ_ERROR_INVALID_ARGUMENT);
   CHECK(status_of([](PagedBatch& b) { b.table.get()[1] = -1; }) == FJ_ERROR_INVALID_ARGUMENT);
   CHECK(c.error() == "block_table[0][1] (-1) is negative");
+  // Block ids against the cache's size (since 0.5), and the host's longest query.
+  CHECK(status_of([](PagedBatch& b) { b.table.get()[1] = 1000000; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "block_table[0][1] (1000000) is past the cache's 3 blocks (num_blocks)");
+  CHECK(status_of([](PagedBatch& b) { b.table.get()[0] = 3; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.num_blocks = -1; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "num_blocks (-1) is negative");
+  CHECK(status_of([](PagedBatch& b) { b.args.num_blocks = 0; }) == FJ_SUCCESS);  // unchecked
+  // A caller of 0.4 passes a struct without num_blocks: whatever follows it is not read.
+  CHECK(status_of([](PagedBatch& b) {
+          b.args.num_blocks = 1;
+          b.args.struct_size = offsetof(fj_paged_attention_args, num_blocks);
+        }) == FJ_SUCCESS);
+  CHECK(status_of([](PagedBatch& b) { b.args.num_blocks = 1; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.max_query_len = 0; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() ==
+        "max_query_len is 0 but the call has 4 query rows: pass the longest request's query rows");
   // A seq_len beyond the block table reads only the keys the table addresses.
   CHECK(status_of([](PagedBatch& b) { b.seq_lens.get()[0] = 1000; }) == FJ_SUCCESS);
   // Nothing to do.

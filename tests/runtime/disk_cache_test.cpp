@@ -294,6 +294,30 @@ TEST_CASE("a garbage, truncated or foreign file under a valid name is rebuilt", 
   }
 }
 
+TEST_CASE("a bad entry is reported with its real size, once per process", "[disk_cache]") {
+  TempDir dir;
+  const fs::path path = dir.path / cache_file_name("golden_kernel", kKey);
+  const std::string good = encode_cache_entry(kKey, sample_entry());
+  write_file(path, good.substr(0, good.size() - 3));
+  const std::string size = std::to_string(good.size() - 3);
+  StderrCapture capture;
+  // Two caches of one process (two contexts, or a context and a host code store) come across
+  // the same bad file; neither can replace it.
+  DiskCache first({.directory = dir.path});
+  DiskCache second({.directory = dir.path});
+  CHECK_FALSE(first.load("golden_kernel", kKey).has_value());
+  CHECK_FALSE(second.load("golden_kernel", kKey).has_value());
+  CHECK_FALSE(first.load("golden_kernel", kKey).has_value());
+  const std::string log = capture.text();
+  CHECK(count_of(log, "ignoring cache entry") == 1);
+  CHECK_THAT(log, Catch::Contains(size + " bytes do not match the sizes in its header"));
+  // A file written again is another bad file, reported again.
+  write_file(path, std::string(5000, 'x'));
+  StderrCapture again;
+  CHECK_FALSE(second.load("golden_kernel", kKey).has_value());
+  CHECK_THAT(again.text(), Catch::Contains("not a flexjit cache entry"));
+}
+
 TEST_CASE("an unwritable cache directory degrades to memory only with one warning",
           "[disk_cache]") {
   TempDir dir;

@@ -89,8 +89,11 @@ Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* p
   if (launch() != FJ_SUCCESS) return Error{fj_context_last_error(context)};
   outputs.out_bits.resize(rows * batch.head_dim);
   outputs.lse.resize(rows);
-  std::memcpy(outputs.out_bits.data(), out.get(), outputs.out_bits.size() * 2);
-  std::memcpy(outputs.lse.data(), lse.get(), outputs.lse.size() * sizeof(float));
+  // std::copy_n rather than memcpy: with no query rows the vectors' data() is null, which memcpy
+  // may not be given.
+  std::copy_n(static_cast<const uint16_t*>(out.get()), outputs.out_bits.size(),
+              outputs.out_bits.data());
+  std::copy_n(static_cast<const float*>(lse.get()), outputs.lse.size(), outputs.lse.data());
   if (config.timing_iterations > 0) {
     paged.bad_index = varlen.bad_index = nullptr;
     const auto start = std::chrono::steady_clock::now();

@@ -34,6 +34,7 @@
 #include "flexjit/internal/inspect.h"
 #include "flexjit/internal/supported.h"
 #include "hints.h"
+#include "validate.h"
 
 extern char** environ;
 
@@ -51,14 +52,12 @@ struct LoadedFile {
 // `json`: diagnostics go to stdout as one JSON document (for editors) instead of stderr.
 LoadedFile load_file(const std::string& path, bool json = false) {
   LoadedFile file;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    fmt::print(stderr, "flexjit: cannot open '{}'\n", path);
+  flexjit::dsl::SourceFile read = flexjit::dsl::read_source_file(path);
+  if (!read.source) {
+    fmt::print(stderr, "flexjit: error: {}\n", read.error);
     return file;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  file.source = flexjit::dsl::Source{path, text.str()};
+  file.source = std::move(*read.source);
   std::vector<flexjit::dsl::Diagnostic> diagnostics;
   file.module = flexjit::dsl::parse_and_check(file.source, diagnostics);
   if (json) {
@@ -89,12 +88,7 @@ std::vector<std::string> kernel_names(const flexjit::dsl::Module& module) {
   return names;
 }
 
-std::optional<int> parse_int(std::string_view text) {
-  int value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
+using flexjit::cli::parse_int;
 
 // `NAME=VALUE` split in two, or an error naming the option.
 Result<std::pair<std::string, std::string>> split_setting(const std::string& setting,
@@ -165,23 +159,6 @@ Result<std::vector<int32_t>> parameter_values(const flexjit::Variant& variant,
                       param.name, param.name)};
     }
   }
-  return values;
-}
-
-Result<std::vector<int>> parse_int_list(const std::string& text, const char* what) {
-  std::vector<int> values;
-  std::string_view rest = text;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    const auto value = parse_int(rest.substr(0, comma));
-    if (!value || *value < 0) {
-      return flexjit::Error{
-          fmt::format("{}: '{}' is not a list of non-negative integers", what, text)};
-    }
-    values.push_back(*value);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-  }
-  if (values.empty()) return flexjit::Error{fmt::format("{} is empty", what)};
   return values;
 }
 
@@ -297,6 +274,9 @@ int command_ir(const std::string& path, KernelOptions& options, bool passes) {
 }
 
 int command_emit(const std::string& path, KernelOptions& options) {
+  if (std::string problem = flexjit::cli::arch_problem("emit", options.arch); !problem.empty()) {
+    return report_error({std::move(problem)});
+  }
   const LoadedFile file = load_file(path);
   if (!file.ok) return 1;
   auto selection = options.selection();
@@ -329,6 +309,7 @@ struct CompileOptions {
   bool sass = false;
   bool resources = false;
   bool json = false;
+  bool lists_given = false;  // --head-dims, --dtypes or --page-sizes was on the command line
 };
 
 using ContextPtr = std::unique_ptr<fj_context, decltype(&fj_context_destroy)>;
@@ -351,9 +332,12 @@ std::optional<OpenProgram> open_program(const std::string& path) {
   open.context.reset(context);
   fj_program* program = nullptr;
   if (fj_program_create_from_file(context, path.c_str(), &program) != FJ_SUCCESS) {
-    fmt::print(stderr, "{}", fj_context_last_error(context));
-    if (std::string_view(fj_context_last_error(context)).find("cannot open") == 0) {
-      fmt::print(stderr, "\n");
+    // Diagnostics come formatted, one per line; a file that cannot be read is one message.
+    const std::string_view message = fj_context_last_error(context);
+    if (message.ends_with('\n')) {
+      fmt::print(stderr, "{}", message);
+    } else {
+      report_error({std::string(message)});
     }
     return std::nullopt;
   }
@@ -635,7 +619,7 @@ int command_compile_all(const std::string& path, const CompileOptions& options) 
   }
   const size_t failed = static_cast<size_t>(
       std::count_if(statuses.begin(), statuses.end(), [](fj_status s) { return s != FJ_SUCCESS; }));
-  fmt::print(stderr, "{} kernels in {:.2f} s: {} compiled, {} from the disk cache, {} failed\n",
+  fmt::print("{} kernels in {:.2f} s: {} compiled, {} from the disk cache, {} failed\n",
              descs.size(), seconds, flexjit::inspect::cache_counts(*context).compiles,
              flexjit::inspect::cache_counts(*context).disk_hits, failed);
   if (status != FJ_SUCCESS) return report_error({fj_context_last_error(context)});
@@ -646,11 +630,21 @@ int command_compile(const std::string& path, CompileOptions& options) {
   if (auto selection = options.kernel.selection(); !selection) {
     return report_error(selection.error());
   }
-  if (options.all != options.kernel.mask.empty()) {
-    return report_error({"compile: give --mask M, or --all for every mask of the file"});
-  }
-  if (options.all && (options.ptx || options.sass || options.resources)) {
-    return report_error({"compile: --ptx, --sass and --resources inspect one kernel: use --mask"});
+  const std::string problem = flexjit::cli::check_compile_shape({
+      .all = options.all,
+      .mask_given = !options.kernel.mask.empty(),
+      .lists_given = options.lists_given,
+      .inspect = options.ptx || options.sass || options.resources,
+      .resources = options.resources,
+      .json = options.json,
+      .arch = options.kernel.arch,
+      .jobs = options.jobs,
+  });
+  if (!problem.empty()) return report_error({problem});
+  if (options.kernel.arch.empty() && !flexjit::inspect::cuda_device_usable()) {
+    return report_error(
+        {"compile: no usable CUDA GPU here to take the architecture from: name one with --arch "
+         "(e.g. --arch sm_90a, or --arch cpu for the CPU backend's host code)"});
   }
   return options.all ? command_compile_all(path, options) : command_compile_one(path, options);
 }
@@ -782,27 +776,39 @@ struct RunOptions {
   bool check_bounds = false;  // report the first out-of-range array read
   uint64_t seed = 1;
   int iterations = 20;
-  float scale = 0.0f;  // softmax scale; 0: 1 / sqrt(head dim)
-  std::string device;  // "cuda" or "cpu"; empty: cuda when a GPU is usable, else cpu
+  float scale = 0.0f;               // softmax scale; 0: 1 / sqrt(head dim)
+  std::string device;               // "cuda" or "cpu"; empty: cuda when a GPU is usable, else cpu
+  bool page_size_given = false;     // --page-size was on the command line
+  bool context_lens_given = false;  // --context-lens was on the command line
 };
 
 int command_run(const std::string& path, RunOptions& options) {
+  const bool cpu =
+      options.device.empty() ? !flexjit::inspect::cuda_device_usable() : options.device == "cpu";
+  auto batch = flexjit::cli::check_run_shape({
+      .head_dim = options.kernel.head_dim,
+      .page_size = options.kernel.page_size,
+      .page_size_given = options.page_size_given,
+      .num_heads = options.num_heads,
+      .num_kv_heads = options.num_kv_heads,
+      .query_lens = options.query_lens,
+      .context_lens = options.context_lens,
+      .context_lens_given = options.context_lens_given,
+      .encoder = options.encoder,
+      .cpu = cpu,
+      .iterations = options.iterations,
+      .scale = options.scale,
+  });
+  if (!batch) return report_error(batch.error());
   const LoadedFile file = load_file(path);
   if (!file.ok) return 1;
   auto selection = options.kernel.selection();
   if (!selection) return report_error(selection.error());
   auto mask = flexjit::lower_variant(file.module, *selection);
   if (!mask) return report_error(mask.error());
-  auto query_lens = parse_int_list(options.query_lens, "--query-lens");
-  if (!query_lens) return report_error(query_lens.error());
-  auto context_lens = options.encoder
-                          ? Result<std::vector<int>>(std::vector<int>(query_lens->size(), 0))
-                          : parse_int_list(options.context_lens, "--context-lens");
-  if (!context_lens) return report_error(context_lens.error());
-  if (context_lens->size() != query_lens->size()) {
-    return report_error({"--query-lens and --context-lens need one entry per request"});
-  }
-  const int num_reqs = static_cast<int>(query_lens->size());
+  const std::vector<int>& query_lens = batch->query_lens;
+  const std::vector<int>& context_lens = batch->context_lens;
+  const int num_reqs = static_cast<int>(query_lens.size());
   std::vector<std::string> scalar_settings;
   auto set = flexjit::cli::set_arrays(*mask, options.settings, std::max(num_reqs - 1, 0),
                                       std::max(options.num_heads - 1, 0), scalar_settings);
@@ -832,14 +838,14 @@ int command_run(const std::string& path, RunOptions& options) {
   config.num_kv_heads = options.num_kv_heads;
   config.layout = options.layout == "hnd" ? flexjit::KvLayout::HND : flexjit::KvLayout::NHD;
   config.contiguous = options.encoder;
-  config.query_lens = *query_lens;
-  config.context_lens = *context_lens;
+  config.query_lens = query_lens;
+  config.context_lens = context_lens;
   config.params = *params;
   // Arrays given with --set replace the random ones (shaped by their dimensions).
   if (std::find(set->given.begin(), set->given.end(), true) != set->given.end()) {
     int max_seq_len = 0;
     for (int r = 0; r < num_reqs; ++r)
-      max_seq_len = std::max(max_seq_len, (*query_lens)[r] + (*context_lens)[r]);
+      max_seq_len = std::max(max_seq_len, query_lens[r] + context_lens[r]);
     config.arrays = flexjit::random_arrays(mask->arrays, num_reqs, options.num_heads, max_seq_len,
                                            options.seed);
     for (size_t slot = 0; slot < set->given.size(); ++slot)
@@ -849,8 +855,6 @@ int command_run(const std::string& path, RunOptions& options) {
   config.scale = options.scale;
   config.timing_iterations = options.iterations;
   config.check_bounds = options.check_bounds;
-  const bool cpu =
-      options.device.empty() ? !flexjit::inspect::cuda_device_usable() : options.device == "cpu";
   auto report = cpu ? flexjit::run_cpu_paged_check(context, program, config)
                     : flexjit::run_paged_check(context, program, config);
   if (!report) return report_error(report.error());
@@ -863,7 +867,7 @@ int command_run(const std::string& path, RunOptions& options) {
   fmt::print("device          {}\n",
              cpu ? fmt::format("cpu ({} threads)", std::thread::hardware_concurrency()) : "cuda");
   fmt::print("batch           {} requests, {} query tokens, {} heads / {} kv heads, {} layout\n",
-             query_lens->size(), report->num_tokens, options.num_heads, options.num_kv_heads,
+             query_lens.size(), report->num_tokens, options.num_heads, options.num_kv_heads,
              options.encoder ? "contiguous (encoder)" : options.layout);
   fmt::print("relative error  {:.3e} (tolerance {:.0e}), max abs {:.3e}, lse max abs {:.3e}\n",
              report->relative_error, tolerance, report->max_abs_error, report->lse_max_abs_error);
@@ -931,6 +935,8 @@ int main(int argc, char** argv) {
   flexjit::set_default_host_code_store(flexjit::inspect::host_code_store());
   CLI::App app{"flexjit: attention masks compiled to paged attention kernels"};
   app.require_subcommand(1);
+  // Every option's --help shows its default (inherited by the subcommands added below).
+  app.option_defaults()->always_capture_default();
   // The runtime's version (fj_runtime_version, FJ_VERSION of flexjit.h), "flexjit 0.4.0".
   const uint32_t version = fj_runtime_version();
   app.set_version_flag("--version", fmt::format("flexjit {}.{}.{}", version / 10000,
@@ -966,18 +972,13 @@ int main(int argc, char** argv) {
                       "target architecture (sm_80, sm_90a, ...); default: the current GPU's");
   compile->add_flag("--all", compile_options.all,
                     "every mask of the file x --head-dims x --dtypes x --page-sizes, in parallel");
-  compile
-      ->add_option("--head-dims", compile_options.head_dims, "with --all: head dims, e.g. 64,128")
-      ->capture_default_str();
-  compile->add_option("--dtypes", compile_options.dtypes, "with --all: dtypes, e.g. bf16,fp16")
-      ->capture_default_str();
-  compile
-      ->add_option("--page-sizes", compile_options.page_sizes, "with --all: page sizes, e.g. 16,32")
-      ->capture_default_str();
-  compile
-      ->add_option("--jobs,-j", compile_options.jobs,
-                   "with --all: compile threads (0: one per hardware thread)")
-      ->check(CLI::NonNegativeNumber);
+  compile->add_option("--head-dims", compile_options.head_dims,
+                      "with --all: head dims, e.g. 64,128");
+  compile->add_option("--dtypes", compile_options.dtypes, "with --all: dtypes, e.g. bf16,fp16");
+  compile->add_option("--page-sizes", compile_options.page_sizes,
+                      "with --all: page sizes, e.g. 16,32");
+  compile->add_option("--jobs,-j", compile_options.jobs,
+                      "with --all: compile threads (0: one per hardware thread)");
   compile->add_flag("--ptx", compile_options.ptx, "print the PTX (for the virtual architecture)");
   compile->add_flag("--sass", compile_options.sass,
                     "print the SASS (needs cuobjdump or nvdisasm from the CUDA toolkit)");
@@ -1002,14 +1003,13 @@ int main(int argc, char** argv) {
       "hints", "the tile map of a mask: classes, exactness, SVG, JSON, FlexAttention BlockMask");
   hints->add_option("file", path, "mask file")->required();
   add_selection_options(hints, hint_options.kernel, true);
-  hints->add_option("--q-len", hint.q_len, "query tokens (the last of the keys)")
-      ->capture_default_str();
-  hints->add_option("--kv-len", hint.kv_len, "keys")->capture_default_str();
-  hints->add_option("--tile", hint.tile, "tile shape QxK")->capture_default_str();
+  hints->add_option("--q-len", hint.q_len, "query tokens (the last of the keys)");
+  hints->add_option("--kv-len", hint.kv_len, "keys");
+  hints->add_option("--tile", hint.tile, "tile shape QxK");
   hints->add_option("--set", hint.settings,
                     "runtime parameter NAME=VALUE; arrays: V,V*N,... (';' between rows)");
-  hints->add_option("--b", hint.b, "request index the mask sees")->capture_default_str();
-  hints->add_option("--h", hint.h, "query head the mask sees")->capture_default_str();
+  hints->add_option("--b", hint.b, "request index the mask sees");
+  hints->add_option("--h", hint.h, "query head the mask sees");
   hints->add_flag("--exact", hint.exact,
                   "check exactness by brute force even above 2048 x 2048 pairs");
   hints->add_flag("--json", hint.json, "print the map, counts and exactness as JSON");
@@ -1052,6 +1052,11 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  compile_options.lists_given =
+      compile->count("--head-dims") + compile->count("--dtypes") + compile->count("--page-sizes") >
+      0;
+  run_options.page_size_given = run->count("--page-size") > 0;
+  run_options.context_lens_given = run->count("--context-lens") > 0;
   if (*check) return command_check(path, check_json);
   if (*ir) return command_ir(path, ir_options, ir_passes);
   if (*emit) return command_emit(path, emit_options);

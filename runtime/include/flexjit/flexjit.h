@@ -253,6 +253,13 @@ typedef struct fj_paged_attention_args {
    * own workspace. */
   void* workspace;
   uint64_t workspace_bytes; /* size of workspace, in bytes */
+
+  /* Since 0.5 (a shorter struct_size reads it as 0 = unchecked). Blocks in the K/V cache: the
+   * block-table entries a call reads must lie in [0, num_blocks). The CPU backend rejects an
+   * entry outside with FJ_ERROR_INVALID_ARGUMENT and a message naming it; CUDA kernels take
+   * the field but do not check it yet (that check lands with the prefill kernels' rewrite). 0:
+   * unchecked (on the CPU backend, entries must then be non-negative). */
+  int64_t num_blocks;
 } fj_paged_attention_args;
 
 /* CPU kernels (arch "cpu"): every pointer of the args (q, out, caches, query_start_loc,
@@ -489,7 +496,7 @@ FJ_API fj_status fj_precompile(fj_context* context, const fj_program* program,
 typedef struct fj_plan fj_plan;
 
 typedef struct fj_plan_shape {
-  uint32_t struct_size;  /* sizeof(fj_plan_shape) */
+  uint32_t struct_size;   /* sizeof(fj_plan_shape) */
   int32_t max_num_reqs;   /* requests per batch, at most */
   int32_t max_num_tokens; /* query tokens per batch, at most */
   int32_t max_query_len;  /* query tokens of one request, at most (1 for a decode-only plan) */

@@ -162,7 +162,7 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
         query_start_loc=query_start_loc.ptr, seq_lens=seq_lens.ptr, block_table=block_table.ptr,
         lse=0, lse_stride_token=0,
         num_tokens=num_tokens, num_reqs=num_reqs, num_heads=num_heads, num_kv_heads=num_kv_heads,
-        max_blocks_per_req=block_table.shape[1],
+        max_blocks_per_req=block_table.shape[1], num_blocks=k_cache.shape[0],
         q_stride_token=q.strides[0], q_stride_head=q.strides[1],
         out_stride_token=out.strides[0], out_stride_head=out.strides[1],
         k_stride_block=k_cache.strides[0], k_stride_slot=k_cache.strides[slot_dim],

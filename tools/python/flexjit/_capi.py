@@ -135,6 +135,7 @@ class PagedAttentionArgs(ctypes.Structure):
         ("bad_index", ctypes.POINTER(ctypes.c_int32)),
         ("workspace", ctypes.c_void_p),  # null: the kernel's own buffer
         ("workspace_bytes", ctypes.c_uint64),
+        ("num_blocks", ctypes.c_int64),  # since 0.5; 0: unchecked
     ]
 
 

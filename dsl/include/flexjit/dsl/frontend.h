@@ -1,6 +1,9 @@
 // Lexer, parser and checker entry points.
 #pragma once
 
+#include <cstddef>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,5 +45,20 @@ void check(Module& module, std::vector<Diagnostic>& diagnostics);
 
 // parse + check.
 Module parse_and_check(Source source, std::vector<Diagnostic>& diagnostics);
+
+// Mask files larger than this are refused unread (a device such as /dev/zero never ends).
+inline constexpr size_t kMaxSourceFileBytes = size_t{64} << 20;
+
+// A mask file read whole (read_source_file): its source, or why not.
+struct SourceFile {
+  std::optional<Source> source;
+  std::string error;     // "cannot open 'P': No such file or directory", "cannot read 'P': ..."
+  bool missing = false;  // the file could not be opened (as opposed to read)
+};
+
+// Reads the file at `path` (a regular file, or a pipe or device read to its end). A directory,
+// a read error (EIO from /proc/self/mem) or more than kMaxSourceFileBytes is an error, never
+// an empty or partial source.
+SourceFile read_source_file(const std::string& path);
 
 }  // namespace flexjit::dsl

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,9 +48,10 @@ constexpr bool page_size(int value) {
   return value >= 0 && value <= kMaxPageSize && value % kPageSizeStep == 0;
 }
 
-constexpr bool dtype(fj_dtype value) {
+// `value`: an fj_dtype as the int a C caller stored (any int; see enum_bits in the C API).
+constexpr bool dtype(int32_t value) {
   return std::any_of(kDtypes.begin(), kDtypes.end(),
-                     [&](const Dtype& d) { return d.dtype == value; });
+                     [&](const Dtype& d) { return static_cast<int32_t>(d.dtype) == value; });
 }
 
 // The dtype a name ("bf16", "fp16") stands for.
@@ -59,15 +61,46 @@ constexpr std::optional<fj_dtype> dtype_named(std::string_view name) {
   return std::nullopt;
 }
 
-// A CUDA architecture name NVRTC takes ("sm_" digits, optionally ending in "a"); "cpu" is not.
-constexpr bool cuda_arch(std::string_view arch) {
-  if (arch.size() < 5 || arch.substr(0, 3) != "sm_") return false;
+// The oldest architecture the kernels are written for (mma.sync on bf16, cp.async, ldmatrix).
+inline constexpr int kMinCudaArch = 80;
+
+// The number of a CUDA architecture name as NVRTC spells it ("sm_" digits, optionally ending in
+// "a": "sm_90a" is 90), nullopt for any other text ("cpu" included).
+constexpr std::optional<int> cuda_arch_number(std::string_view arch) {
+  if (arch.size() < 5 || arch.size() > 8 || arch.substr(0, 3) != "sm_") return std::nullopt;
+  int number = 0;
   for (size_t i = 3; i < arch.size(); ++i) {
     const char c = arch[i];
     const bool last = i + 1 == arch.size();
-    if (!(c >= '0' && c <= '9') && !(last && i > 3 && c == 'a')) return false;
+    if (last && i > 3 && c == 'a') break;
+    if (c < '0' || c > '9') return std::nullopt;
+    number = number * 10 + (c - '0');
   }
-  return true;
+  return number;
+}
+
+// A CUDA architecture flexjit builds kernels for: well formed and at least kMinCudaArch.
+constexpr bool cuda_arch(std::string_view arch) {
+  const std::optional<int> number = cuda_arch_number(arch);
+  return number && *number >= kMinCudaArch;
+}
+
+// Why `arch` is no architecture flexjit builds CUDA kernels for, "" when it is one: the one
+// message the C API (FJ_ERROR_UNSUPPORTED) and the CLI give.
+inline std::string cuda_arch_problem(std::string_view arch) {
+  // Quoted as far as 32 bytes, control bytes shown as '?': the text may come from anywhere.
+  std::string quoted = "'";
+  for (const char c : arch.substr(0, 32))
+    quoted += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+  quoted += arch.size() > 32 ? "...'" : "'";
+  if (!cuda_arch_number(arch)) {
+    return "arch " + quoted + " is not of the form sm_NN or sm_NNa (e.g. sm_80, sm_90a)";
+  }
+  if (!cuda_arch(arch)) {
+    return "arch " + quoted + " is not supported: the kernels need sm_" +
+           std::to_string(kMinCudaArch) + " or later";
+  }
+  return "";
 }
 
 // "64, 80, 96, 128, 256" (with separator ", "), "64|80|96|128|256" (with "|"): for messages and
