@@ -206,5 +206,78 @@ class TorchGpuTest(unittest.TestCase):
                     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
 
 
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def _softcap(score, b, h, q_idx, kv_idx):
+    return 30.0 * torch.tanh(score / 30.0)
+
+
+def _same_document(doc):
+    def document(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx)
+    return document
+
+
+@unittest.skipUnless(torch is not None and torch.cuda.is_available(), "no torch with CUDA")
+@unittest.skipUnless(library_available(), "libflexjit_runtime.so not found (set FLEXJIT_LIBRARY)")
+class TorchCompileTest(unittest.TestCase):
+    """flexjit.flex_attention inside torch.compile(fullgraph=True): one graph around
+    torch.ops.flexjit.flex_attention, and the same numbers as eager (the same kernel)."""
+
+    def inputs(self, seed, q_len=256, kv_len=256):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        q = torch.randn(2, 8, q_len, 128, dtype=torch.bfloat16, device="cuda", generator=gen)
+        k = torch.randn(2, 2, kv_len, 128, dtype=torch.bfloat16, device="cuda", generator=gen)
+        return q, k, torch.randn(k.shape, dtype=k.dtype, device="cuda", generator=gen)
+
+    def test_schema_declares_the_writes(self):
+        schema = flexjit.torch_ops._flex_attention._schema
+        written = [a.name for a in schema.arguments
+                   if a.alias_info is not None and a.alias_info.is_write]
+        self.assertEqual(written, ["out", "lse"])
+        self.assertEqual(len(schema.returns), 0)
+
+    def test_compiled_matches_eager_without_graph_break(self):
+        def step(q, k, v):
+            out, lse = flexjit.flex_attention(q, k, v, mask_mod=_causal, score_mod=_softcap,
+                                              enable_gqa=True, return_lse=True)
+            return out * 2, lse
+
+        q, k, v = self.inputs(0)
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(step)(q, k, v)
+        self.assertEqual((explained.graph_count, explained.graph_break_count), (1, 0),
+                         explained.break_reasons)
+        torch._dynamo.reset()
+        compiled = torch.compile(step, fullgraph=True)
+        for seed, q_len in ((1, 256), (2, 128)):
+            with self.subTest(q_len=q_len):
+                q, k, v = self.inputs(seed, q_len=q_len)
+                got, want = compiled(q, k, v), step(q, k, v)
+                for g, w in zip(got, want):
+                    torch.testing.assert_close(g, w, atol=0, rtol=0)
+
+    def test_compiled_reads_captured_tensors_at_each_call(self):
+        def step(q, k, v, mask_mod):
+            return flexjit.flex_attention(q, k, v, mask_mod=mask_mod, enable_gqa=True)
+
+        q, k, v = self.inputs(3)
+        docs = [torch.randint(0, 4, (2, 256), device="cuda").sort(dim=1).values
+                for _ in range(3)]
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(step)(q, k, v, _same_document(docs[0]))
+        self.assertEqual((explained.graph_count, explained.graph_break_count), (1, 0),
+                         explained.break_reasons)
+        torch._dynamo.reset()
+        compiled = torch.compile(step, fullgraph=True)
+        for i, doc in enumerate(docs):
+            with self.subTest(doc=i):
+                mask_mod = _same_document(doc)
+                torch.testing.assert_close(compiled(q, k, v, mask_mod), step(q, k, v, mask_mod),
+                                           atol=0, rtol=0)
+
+
 if __name__ == "__main__":
     unittest.main()

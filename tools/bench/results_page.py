@@ -67,6 +67,11 @@ FAMILIES = {
         "title": "Host time of a call (Python and the torch op)", "metric": "value",
         "prefixes": ("overhead_",),
     },
+    "python_frontend": {
+        "title": "flexjit.flex_attention against torch's flex_attention, the same Python "
+                 "mask_mod/score_mod (tools/bench/flex_compare.py)",
+        "metric": "ms", "extra": "tflops", "prefixes": ("pyflex_",),
+    },
     "compile": {
         "title": "Compile path", "metric": "value", "prefixes": (),
         "history": ("2026-11-22.md", "Compile path", "the CPU machine and the H100 host"),

@@ -21,12 +21,13 @@ import struct
 import torch
 
 from . import Kernel, ParamType, Plan, _stream_arg
+from . import flex as _flex
 from ._capi import PagedAttentionArgs
 
 __all__ = ["register", "unregister", "lookup", "paged_attention", "varlen_attention",
            "plan_run", "workspace_size", "SCHEMAS"]
 
-# What the three operators take. The scalar runtime parameters travel as names and numbers (an
+# What the operators take. The scalar runtime parameters travel as names and numbers (an
 # int or bool parameter's number must be integral), the array parameters as names and tensors;
 # `workspace` (uint8, CUDA) is fj_*_attention_args.workspace, needed to capture a launch whose
 # variant reads arrays along a position dimension.
@@ -45,6 +46,13 @@ SCHEMAS = {
         "Tensor query_start_loc, Tensor seq_lens, Tensor(a!) out, Tensor(b!)? lse, "
         "float scale, str kv_layout, str[] param_names, float[] param_values, "
         "str[] array_names, Tensor[] arrays, Tensor(c!)? workspace) -> ()",
+    # flexjit.flex_attention's launch on [B, H, S, D] tensors (the batch and head strides, the
+    # query and key lengths are read from q, k, v, out as they are at the call); `kernel` is
+    # a key of flexjit.flex.prepare_op, lse float32 [B, Sq, Hq], scale 0: 1/sqrt(D).
+    "flex_attention":
+        "(str kernel, Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, "
+        "float scale, str[] param_names, float[] param_values, str[] array_names, "
+        "Tensor[] arrays) -> ()",
 }
 
 _registry = {}
@@ -212,6 +220,21 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
     target._run_data(data, stream)
 
 
+def _flex_attention_impl(kernel, q, k, v, out, lse, scale, param_names, param_values,
+                         array_names, arrays):
+    target = _flex.op_kernel(kernel)
+    params = _named_params(target.program, param_names, param_values)
+    captured = {}
+    for name, tensor in zip(array_names, arrays):
+        if tensor.dim() != 2:
+            raise ValueError(f"array {name!r}: expected [rows, cols], got {tuple(tensor.shape)}")
+        captured[name] = (tensor, tensor.shape[0], tensor.shape[1])
+    if len(captured) != len(arrays):
+        raise ValueError(f"array_names has {len(array_names)} entries, arrays {len(arrays)}")
+    with torch.cuda.device(q.device):
+        target.run_values(q, k, v, out, params, captured, lse=lse, scale=scale or None)
+
+
 # --- fake implementations: what torch.compile traces ------------------------------------------
 
 def _fake_checks(q, out, lse):
@@ -250,7 +273,28 @@ def _plan_run_fake(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
     _fake_checks(q, out, lse)
 
 
+def _flex_attention_fake(kernel, q, k, v, out, lse, scale, param_names, param_values,
+                         array_names, arrays):
+    torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4,
+                 lambda: f"flexjit: q, k, v have shapes {tuple(q.shape)}, {tuple(k.shape)}, "
+                 f"{tuple(v.shape)}, expected [B, H, S, D]")
+    torch._check(out.dim() == 4 and out.dtype == q.dtype,
+                 lambda: f"flexjit: out is {out.dtype} {tuple(out.shape)}, q {q.dtype}")
+    for d in range(4):
+        torch._check(out.shape[d] == q.shape[d],
+                     lambda: f"flexjit: out {tuple(out.shape)} differs from q {tuple(q.shape)}")
+    if lse is not None:
+        want = (q.shape[0], q.shape[2], q.shape[1])
+        torch._check(lse.dim() == 3 and lse.dtype == torch.float32,
+                     lambda: f"flexjit: lse is {lse.dtype} {tuple(lse.shape)}, expected float32 "
+                     f"[B, Sq, Hq]")
+        for d in range(3):
+            torch._check(lse.shape[d] == want[d],
+                         lambda: f"flexjit: lse {tuple(lse.shape)}, expected {want}")
+
+
 _IMPLS = {"paged_attention": (_paged_attention_impl, _paged_attention_fake),
+          "flex_attention": (_flex_attention_impl, _flex_attention_fake),
           "varlen_attention": (_varlen_attention_impl, _varlen_attention_fake),
           "plan_run": (_plan_run_impl, _plan_run_fake)}
 
@@ -272,6 +316,11 @@ _library = _define()  # kept: the registrations live as long as this object
 _paged_attention = torch.ops.flexjit.paged_attention.default
 _varlen_attention = torch.ops.flexjit.varlen_attention.default
 _plan_run = torch.ops.flexjit.plan_run.default
+_flex_attention = torch.ops.flexjit.flex_attention.default
+# flexjit.flex_attention calls it: a constant while torch.compile traces (called once, then,
+# with the functions themselves; its result is the kernel's key and where the launch values
+# are), an ordinary call in eager mode.
+prepare_flex = torch._dynamo.assume_constant_result(_flex.prepare_op)
 
 
 # --- Python entry points (traceable by torch.compile) -----------------------------------------

@@ -85,6 +85,20 @@ class FlexKernel:
         Skv, D], lse float32 [B, Sq, Hq] or None. `mask_mod` and `score_mod` are this call's
         functions (the ones traced, or others of the same cache key: their captured tensors
         and Runtime values are read now)."""
+        arrays, lse_stride, host = self._checked(q, k, v, out, lse)
+        params, captured = self.launch_arguments(mask_mod, score_mod, "cpu" if host else q.device)
+        return self._launch(arrays, q, out, params, captured, lse_stride, scale, stream, host)
+
+    def run_values(self, q, k, v, out, params, captured, *, lse=None, scale=None, stream=None):
+        """run() with the launch values given rather than read from the functions: `params`
+        {name: value}, `captured` {array param: (object holding the data, rows, cols)} on the
+        kernel's device (launch_arguments' result; torch.ops.flexjit.flex_attention's)."""
+        arrays, lse_stride, host = self._checked(q, k, v, out, lse)
+        return self._launch(arrays, q, out, params, captured, lse_stride, scale, stream, host)
+
+    def _checked(self, q, k, v, out, lse):
+        """(described arrays by name, lse's token stride, whether on the host) after run()'s
+        checks."""
         if self.kernel.page_size != 0:
             raise ValueError("run() needs a kernel of page size 0 (compile_flex(page_size=0))")
         host = self.arch == "cpu"
@@ -120,8 +134,15 @@ class FlexKernel:
                                  f"with rows packed by token, got {a.dtype} {a.shape} strides "
                                  f"{a.strides}")
             lse_stride = a.strides[1]
-        device = "cpu" if host else q.device
-        params, captured = self.launch_arguments(mask_mod, score_mod, device)
+        return arrays, lse_stride, host
+
+    def _launch(self, arrays, q, out, params, captured, lse_stride, scale, stream, host):
+        """fj_varlen_attention over described, checked [B, H, S, D] arrays (run()'s checks):
+        `params` {name: value}, `captured` {array param: (object holding the data, rows,
+        cols)} on the kernel's device."""
+        batch, heads, q_len, _ = arrays["q"].shape
+        _, kv_heads, kv_len, _ = arrays["k"].shape
+        lse = arrays.get("lse")
         param_values = self.program.param_values(params)
         descriptors = self.program._arrays_type()
         for name, (keep, rows, cols) in captured.items():
@@ -132,7 +153,7 @@ class FlexKernel:
         args = VarlenAttentionArgs(
             struct_size=ctypes.sizeof(VarlenAttentionArgs),
             q=arrays["q"].ptr, k=arrays["k"].ptr, v=arrays["v"].ptr, out=arrays["out"].ptr,
-            cu_seqlens=_pointer(starts, host), lse=arrays["lse"].ptr if lse is not None else None,
+            cu_seqlens=_pointer(starts, host), lse=lse.ptr if lse is not None else None,
             num_tokens=batch * q_len, num_seqs=batch, num_heads=heads, num_kv_heads=kv_heads,
             max_seq_len=q_len, scale=float(scale) if scale is not None else 0.0,
             params=param_values, num_params=self.program.param_count,
@@ -266,10 +287,12 @@ def _forward_only(*tensors):
 
 
 def _kernel_dtype(tensor):
+    """"bf16" or "fp16" of a tensor or a torch dtype."""
+    dtype = getattr(tensor, "dtype", tensor)
     names = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
-    if str(tensor.dtype) not in names:
-        raise ValueError(f"dtype {tensor.dtype} is not supported (bfloat16, float16)")
-    return names[str(tensor.dtype)]
+    if str(dtype) not in names:
+        raise ValueError(f"dtype {dtype} is not supported (bfloat16, float16)")
+    return names[str(dtype)]
 
 
 def _usable(t):
@@ -305,7 +328,11 @@ def flex_attention(query, key, value, score_mod=None, mask_mod=None, scale=None,
     host = query.device.type == "cpu"
     if not host and query.device.type != "cuda":
         raise ValueError(f"device {query.device} is not supported (cuda, cpu)")
-    query, key, value = _usable(query), _usable(key), _usable(value)
+    compiling = _compiling(torch)
+    if compiling:  # data_ptr() cannot be read while torch.compile traces
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+    else:
+        query, key, value = _usable(query), _usable(key), _usable(value)
     out = torch.empty((batch, heads, q_len, head_dim), dtype=query.dtype, device=query.device)
     lse = torch.empty((batch, q_len, heads), dtype=torch.float32, device=query.device) \
         if return_lse else None
@@ -315,12 +342,102 @@ def flex_attention(query, key, value, score_mod=None, mask_mod=None, scale=None,
         kernel.run(query, key, value, out, mask_mod=mask_mod, score_mod=score_mod, lse=lse,
                    scale=scale)
     else:
-        with torch.cuda.device(query.device):
-            kernel = compile_flex(mask_mod, score_mod, head_dim=head_dim,
-                                  dtype=_kernel_dtype(query), page_size=0)
-            kernel.run(query, key, value, out, mask_mod=mask_mod, score_mod=score_mod, lse=lse,
-                       scale=scale)
+        from . import _torch_ops
+        # prepare_op is a constant of the graph while torch.compile traces
+        # (assume_constant_result): it traces, compiles and registers the kernel then.
+        op_key, bindings = _torch_ops.prepare_flex(mask_mod, score_mod, head_dim, query.dtype,
+                                                   query.device.index)
+        if compiling:
+            names, values, array_names, arrays = op_values(bindings, mask_mod, score_mod,
+                                                           query.device)
+        else:
+            params, captured = _op_kernels[op_key].launch_arguments(mask_mod, score_mod,
+                                                                    query.device)
+            names, values = list(params), [float(x) for x in params.values()]
+            array_names = list(captured)
+            arrays = [data.reshape(rows, cols) for data, rows, cols in captured.values()]
+        _torch_ops._flex_attention(op_key, query, key, value, out, lse,
+                                   float(scale) if scale is not None else 0.0, names, values,
+                                   array_names, arrays)
     return (out, lse.transpose(1, 2)) if return_lse else out
+
+
+def _compiling(torch):
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling"):
+        return compiler.is_compiling()
+    return torch._dynamo.is_compiling()
+
+
+# torch.ops.flexjit.flex_attention names its FlexKernel by a string key (prepare_op).
+_op_kernels = {}
+
+
+def op_kernel(key):
+    """The FlexKernel that prepare_op registered under `key`."""
+    try:
+        return _op_kernels[key]
+    except KeyError:
+        raise KeyError(f"flexjit: no flex_attention kernel under {key!r} (keys come from "
+                       f"flexjit.flex.prepare_op, in this process)") from None
+
+
+def prepare_op(mask_mod, score_mod, head_dim, dtype, device_index):
+    """(key, bindings) of the pair on CUDA device `device_index`: the kernel is traced,
+    compiled and kept under `key` for torch.ops.flexjit.flex_attention; `bindings` describes
+    the launch values as constants (op_values reads them): (name, kind, root, path, rank,
+    element, dim) per runtime parameter, or None when the trace holds objects met without a
+    path (a callable other than a Python function), which only an eager call can pass."""
+    torch = sys.modules["torch"]
+    with torch.cuda.device(device_index):
+        kernel = compile_flex(mask_mod, score_mod, head_dim=head_dim,
+                              dtype=_kernel_dtype(dtype), page_size=0)
+    key = f"flex.{kernel.name}.{device_index}.{id(kernel.kernel):x}"
+    with _lock:
+        if key not in _op_kernels:
+            _op_kernels[key] = kernel  # the registry keeps the kernel (and so its id) alive
+    bindings = kernel.traced.bindings
+    if any(b.obj is not None for b in bindings):
+        return key, None
+    return key, tuple((b.name, b.kind, b.root, tuple(b.path), b.rank, b.element, b.dim)
+                      for b in bindings)
+
+
+def op_values(bindings, mask_mod, score_mod, device):
+    """(param_names, param_values, array_names, arrays) of torch.ops.flexjit.flex_attention,
+    read from the functions along prepare_op's bindings in plain Python and torch calls that
+    torch.compile traces: each captured tensor is converted (int32 or float32, contiguous,
+    [rows, cols]) in the graph, so its value at each call is what the kernel reads."""
+    if bindings is None:
+        raise TypeError("flexjit.flex_attention under torch.compile takes Python functions "
+                        "(def or lambda) as mask_mod and score_mod, whose captures are found "
+                        "along their closures and globals")
+    torch = sys.modules["torch"]
+    names, values, array_names, arrays = [], [], [], []
+    for name, kind, root, path, rank, element, dim in bindings:
+        obj = mask_mod if root == "mask" else score_mod
+        for step, where in path:
+            if step == "cell":
+                obj = obj.__closure__[where].cell_contents
+            elif step == "global":
+                obj = obj.__globals__[where]
+            else:
+                obj = obj[where]
+        if kind == "scalar":
+            names.append(name)
+            values.append(float(obj.value))
+        elif kind == "extent":
+            names.append(name)
+            values.append(float(obj.shape[dim]))
+        else:
+            if not isinstance(obj, torch.Tensor):
+                raise TypeError(f"captured array {name!r}: under torch.compile a captured "
+                                f"array must be a torch tensor, got {type(obj).__name__}")
+            data = obj.to(device=device, dtype=torch.float32 if element == "float"
+                          else torch.int32).contiguous()
+            array_names.append(name)
+            arrays.append(data.reshape(data.shape[0] if rank >= 1 else 1, -1))
+    return names, values, array_names, arrays
 
 
 def flex_attention_paged(query, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
