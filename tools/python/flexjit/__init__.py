@@ -168,8 +168,10 @@ class _Handle:
     def __exit__(self, *exc):
         self.close()
 
-    def __del__(self):
-        if sys.is_finalizing():
+    # sys.is_finalizing bound now: at interpreter exit the module's globals (sys) may be gone
+    # before the last handles are collected.
+    def __del__(self, _is_finalizing=sys.is_finalizing):
+        if _is_finalizing():
             return
         self.close()
 
