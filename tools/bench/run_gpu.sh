@@ -13,6 +13,10 @@ export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64:$PWD/.carry/lib:${LD
 export FLEXJIT_LIBRARY=${FLEXJIT_LIBRARY:-$PWD/.carry/lib/libflexjit_runtime.so}
 export PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+# The commit the staged binaries came from (stage_gpu.sh): this copy's .git HEAD is stale.
+if [[ -z "${FLEXJIT_COMMIT:-}" && -s .carry/COMMIT ]]; then
+  export FLEXJIT_COMMIT=$(cat .carry/COMMIT)
+fi
 out=${OUT:-/tmp/flexjit-bench}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
