@@ -68,9 +68,9 @@ std::string format_with(const Source& source, const LineIndex& lines,
     marker = "   ";
   }
   // Control bytes (ESC, NUL, ...) of a hostile file never reach the terminal: each is shown as
-  // one '?', so the caret stays under its column. Tabs stay, for the marker line below.
-  for (const char c : line.substr(from, to - from))
-    shown += c != '\t' && (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  // one '?', so the caret stays under its column. Tabs stay, for the marker line below (a line
+  // holds no newline).
+  shown += printable(line.substr(from, to - from));
   if (to < line.size()) shown += "...";
 
   // The marker line repeats the source line's tabs so that the caret lines up with the
@@ -144,6 +144,16 @@ std::string format_diagnostics_json(const Source& source,
 bool has_errors(const std::vector<Diagnostic>& diagnostics) {
   return std::any_of(diagnostics.begin(), diagnostics.end(),
                      [](const Diagnostic& d) { return d.severity == Severity::Error; });
+}
+
+std::string printable(std::string_view text) {
+  std::string shown;
+  shown.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    shown += c != '\n' && c != '\t' && (byte < 0x20 || byte == 0x7f) ? '?' : c;
+  }
+  return shown;
 }
 
 std::string quote(std::string_view text) {

@@ -188,6 +188,8 @@ class BadFlagsTest(unittest.TestCase):
         for name, args in rows:
             with self.subTest(name):
                 self.check_bounded(name, args, results[name])
+                # A value from argv is echoed with its control bytes shown as '?'.
+                self.assertNotIn("\x1b", results[name][1] + results[name][2])
 
     def test_known_bad_invocations_fail_with_a_message(self):
         results = self.run_rows(MUST_FAIL)

@@ -17,6 +17,7 @@
 
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/tile_map.h"
+#include "flexjit/dsl/diagnostic.h"
 #include "settings.h"
 
 namespace flexjit::cli {
@@ -31,7 +32,7 @@ char class_char(TileClass tile_class) {
 }
 
 int report(const std::string& message) {
-  fmt::print(stderr, "flexjit: error: {}\n", message);
+  fmt::print(stderr, "flexjit: error: {}\n", flexjit::dsl::printable(message));
   return 1;
 }
 

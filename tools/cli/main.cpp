@@ -29,6 +29,7 @@
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/ir.h"
 #include "flexjit/compiler/mask.h"
+#include "flexjit/dsl/diagnostic.h"
 #include "flexjit/dsl/frontend.h"
 #include "flexjit/flexjit.h"
 #include "flexjit/internal/inspect.h"
@@ -54,7 +55,7 @@ LoadedFile load_file(const std::string& path, bool json = false) {
   LoadedFile file;
   flexjit::dsl::SourceFile read = flexjit::dsl::read_source_file(path);
   if (!read.source) {
-    fmt::print(stderr, "flexjit: error: {}\n", read.error);
+    fmt::print(stderr, "flexjit: error: {}\n", flexjit::dsl::printable(read.error));
     return file;
   }
   file.source = std::move(*read.source);
@@ -163,8 +164,9 @@ Result<std::vector<int32_t>> parameter_values(const flexjit::Variant& variant,
 }
 
 int report_error(const flexjit::Error& error) {
-  fmt::print(stderr, "flexjit: error: {}\n", error.message);
-  if (!error.log.empty()) fmt::print(stderr, "{}\n", error.log);
+  // Messages may carry text from the command line or a file: control bytes are shown as '?'.
+  fmt::print(stderr, "flexjit: error: {}\n", flexjit::dsl::printable(error.message));
+  if (!error.log.empty()) fmt::print(stderr, "{}\n", flexjit::dsl::printable(error.log));
   return 1;
 }
 
@@ -335,7 +337,7 @@ std::optional<OpenProgram> open_program(const std::string& path) {
     // Diagnostics come formatted, one per line; a file that cannot be read is one message.
     const std::string_view message = fj_context_last_error(context);
     if (message.ends_with('\n')) {
-      fmt::print(stderr, "{}", message);
+      fmt::print(stderr, "{}", flexjit::dsl::printable(message));
     } else {
       report_error({std::string(message)});
     }
@@ -934,6 +936,10 @@ int main(int argc, char** argv) {
   // `hints`, `run --device cpu` and the checks load a mask's host code from the disk cache.
   flexjit::set_default_host_code_store(flexjit::inspect::host_code_store());
   CLI::App app{"flexjit: attention masks compiled to paged attention kernels"};
+  // CLI11 echoes the offending argument: its control bytes are shown as '?'.
+  app.failure_message([](const CLI::App* failed, const CLI::Error& error) {
+    return flexjit::dsl::printable(CLI::FailureMessage::simple(failed, error));
+  });
   app.require_subcommand(1);
   // Every option's --help shows its default (inherited by the subcommands added below).
   app.option_defaults()->always_capture_default();

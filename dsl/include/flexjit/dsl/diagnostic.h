@@ -52,6 +52,10 @@ std::string format_diagnostics_json(const Source& source,
 
 bool has_errors(const std::vector<Diagnostic>& diagnostics);
 
+// `text` with every control byte but newline and tab (and DEL) shown as '?': what a program
+// writes to a terminal of text that may come from a file or the command line.
+std::string printable(std::string_view text);
+
 // `text` in single quotes for a message (`unknown name 'windw'`): bytes that are not printable
 // ASCII, and the quote and backslash, are written as \xNN; text longer than 40 bytes is cut
 // there and ends with "...", so an adversarial name cannot blow up a message.
