@@ -38,10 +38,14 @@ FJ_HD constexpr int wgmma_block_n(int head_dim, int element_operations = 0) {
 }
 // The K/V stages share 128 KiB: four of 64 keys at head dim 128 or of 128 keys at 64, two of
 // 64 keys at 256. With Q (16 to 64 KiB) that leaves room for the key terms.
-constexpr int kWgmmaStageBytes = 128 * 1024;
+// (A function, not a namespace-scope constant: NVRTC wrote that one into every kernel's PTX as
+// an unused global.)
+FJ_HD constexpr int wgmma_stage_bytes() {
+  return 128 * 1024;
+}
 FJ_HD constexpr int wgmma_stages(int head_dim, int block_n) {
-  return kWgmmaStageBytes / (2 * block_n * head_dim * 2) < kWgmmaMaxStages
-             ? kWgmmaStageBytes / (2 * block_n * head_dim * 2)
+  return wgmma_stage_bytes() / (2 * block_n * head_dim * 2) < kWgmmaMaxStages
+             ? wgmma_stage_bytes() / (2 * block_n * head_dim * 2)
              : kWgmmaMaxStages;
 }
 // The three warpgroups share the 168 registers per thread that one CTA of 384 threads has:
@@ -72,7 +76,7 @@ FJ_HD constexpr int prefill_smem_row_elems(int head_dim) {
 // align them to the swizzle pattern.
 FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim, bool sm90a) {
   return prefill_uses_wgmma(head_dim, sm90a)
-             ? 1024 + kWgmmaBlockM * head_dim * 2 + kWgmmaStageBytes
+             ? 1024 + kWgmmaBlockM * head_dim * 2 + wgmma_stage_bytes()
              : 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
 }
 
