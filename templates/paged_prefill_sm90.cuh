@@ -258,9 +258,9 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         }
         wgmma_commit();
       };
-      // O += P V for V stage `stage`, 64 columns of V per instruction; committed.
-      // Pairs of O's 64-column chunks take one m64n128 instruction each, whose B spans two
-      // chunks of the V tile, kBlockN * 128 bytes apart (the descriptor's leading offset).
+      // O += P V for V stage `stage`, committed: each pair of O's 64-column chunks takes one
+      // m64n128 instruction per k16 step, whose B spans two chunks of the V tile, kBlockN * 128
+      // bytes apart (the descriptor's leading offset); an odd last chunk takes an m64n64.
       const auto issue_pv = [&](const u32(&p)[kBlockN / 16][4], int stage) {
         const unsigned long long v_desc =
             stage_pair_desc + ((stage * 2 * kTileBytes + kTileBytes) >> 4);
