@@ -7,7 +7,17 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "python"))
 sys.path.insert(0, str(REPO / "tools" / "bench"))
 
+import flexjit  # noqa: E402
 from flexjit._arrays import contiguous_strides  # noqa: E402
+
+
+def library_available():
+    """Whether libflexjit_runtime.so loads (FLEXJIT_LIBRARY, else the build tree's)."""
+    try:
+        flexjit.runtime_version()
+        return True
+    except OSError:
+        return False
 
 _ITEMSIZE = {"<f2": 2, "<f4": 4, "<i4": 4}
 

@@ -5,20 +5,12 @@ host memory behind stand-in arrays (ctypes buffers), so the host-side checks rea
 import ctypes
 import unittest
 
-from support import REPO, CudaArray
+from support import REPO, CudaArray, library_available
 
 import flexjit
 from flexjit import Status
 
 MASKS = str(REPO / "dsl" / "lib" / "standard.mask")
-
-
-def library_available():
-    try:
-        flexjit.runtime_version()
-        return True
-    except OSError:
-        return False
 
 
 class HostArray(CudaArray):

@@ -11,10 +11,9 @@ import shutil
 import subprocess
 import unittest
 
-from support import REPO
+from support import REPO, library_available
 
 import flexjit
-from test_module import library_available
 from flexjit import flex, trace
 from flexjit.trace import TraceError, and_masks, or_masks, where
 from flex_reference import HostArray, Scalar, attention, dense_mask

@@ -4,10 +4,9 @@ the reason without torch (CI has none), and the GPU part without a CUDA device."
 
 import unittest
 
-from support import REPO  # noqa: F401  (puts tools/python on the path)
+from support import REPO, library_available  # noqa: F401  (puts tools/python on the path)
 
 import flexjit
-from test_module import library_available
 
 try:
     import torch

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import unittest
 
-from support import REPO, CudaArray, FakeTensor
+from support import REPO, CudaArray, FakeTensor, library_available
 
 import flexjit
 from flexjit import ParamType, Status, _capi
@@ -26,14 +26,6 @@ mask m = full || (q >= kv && q - kv < window + table[0])
 score s = score / temp + bias[h]
 variant v = m with s
 """
-
-
-def library_available():
-    try:
-        flexjit.runtime_version()
-        return True
-    except OSError:
-        return False
 
 
 def paged_arrays(dtype="<f2", num_tokens=5, heads=4, kv_heads=2, head_dim=64, page=16,

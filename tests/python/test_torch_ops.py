@@ -16,7 +16,7 @@ import sys
 import unittest
 from unittest import mock
 
-from support import REPO
+from support import REPO, library_available
 
 import flexjit
 
@@ -26,14 +26,6 @@ except ImportError:
     torch = None
 
 MASKS = str(REPO / "dsl" / "lib" / "standard.mask")
-
-
-def library_available():
-    try:
-        flexjit.runtime_version()
-        return True
-    except OSError:
-        return False
 
 
 def cuda_available():

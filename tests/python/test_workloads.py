@@ -6,19 +6,12 @@ import itertools
 import random
 import unittest
 
-import support  # noqa: F401  (sets sys.path)
+import support  # (sets sys.path)
+from support import library_available
 import workloads as W
 
 import flexjit
 from flexjit import ParamType
-
-
-def library_available():
-    try:
-        flexjit.runtime_version()
-        return True
-    except OSError:
-        return False
 
 
 def small(mask, requests, **params):
