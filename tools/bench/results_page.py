@@ -71,6 +71,7 @@ FAMILIES = {
         "title": "flexjit.flex_attention against torch's flex_attention, the same Python "
                  "mask_mod/score_mod (tools/bench/flex_compare.py)",
         "metric": "ms", "extra": "tflops", "prefixes": ("pyflex_",),
+        "flexjit": "flexjit.flex_attention on the peer's contiguous [B, H, S, D] tensors",
     },
     "compile": {
         "title": "Compile path", "metric": "value", "prefixes": (),
@@ -415,7 +416,8 @@ def family_section(family, result):
         metric = entry.get("metric", "tflops")
         label = METRICS[metric][0]
         extra = entry.get("extra")
-        lines += [f"{label}; flexjit paged (one figure per page size), the peers of the same run "
+        flexjit = entry.get("flexjit", "flexjit paged (one figure per page size)")
+        lines += [f"{label}; {flexjit}, the peers of the same run "
                   "beside it; (flexjit N×): flexjit's speed ÷ the peer's, best page size; Δ: the "
                   "peer's whole output against flexjit's (max |difference| ÷ max |flexjit|)." +
                   (f" Also {METRICS[extra][0]}." if extra else ""), ""]
