@@ -124,8 +124,9 @@ constexpr i32 kInt32Max = 2147483647;
 // Summaries of position-indexed arrays (docs/architecture.md#tile-analysis). An array with a
 // dimension named `q` or `kv` is summarised along it: each line (the elements that share the other
 // index) gets a 16-ary tree of (min, max) pairs. Level 1 holds one pair per 16 elements,
-// level l + 1 one per 16 pairs of level l, up to a level of one pair. A range query then reads at most 15
-// entries at each end of each level, so bounding `doc[b, kv]` over a 64-key tile reads 4 pairs.
+// level l + 1 one per 16 pairs of level l, up to a level of one pair. A range query then reads at
+// most 15 entries at each end of each level, so bounding `doc[b, kv]` over a 64-key tile reads 4
+// pairs.
 //
 // Layout: line after line, each `summary_line_pairs(length)` pairs of two int32 {min, max},
 // levels 1, 2, ... in order. Values are ordering keys: an int element is its own key, a float
@@ -349,6 +350,34 @@ FJ_HD i32 floormod(i32 a, i32 b) {
   if (b == 0 || b == -1) return 0;
   const i32 remainder = a % b;
   return (remainder != 0 && ((remainder < 0) != (b < 0))) ? remainder + b : remainder;
+}
+
+// floordiv and floormod by a positive divisor the generated code knows (a mask's `q / 128`,
+// `(q - kv) % 2`): by a power of two an arithmetic shift and a mask, which are exactly floor
+// division and modulo in two's complement; else the truncating operation the compiler turns
+// into a multiply, corrected toward negative infinity. Same results as floordiv/floormod.
+template <i32 kDivisor>
+FJ_HD i32 floordiv_by(i32 a) {
+  static_assert(kDivisor > 0, "a positive divisor");
+  if constexpr ((kDivisor & (kDivisor - 1)) == 0) {
+    int shift = 0;
+    while ((1 << shift) != kDivisor)
+      ++shift;  // folded: kDivisor is a constant
+    return a >> shift;
+  } else {
+    const i32 quotient = a / kDivisor;
+    return a - quotient * kDivisor < 0 ? quotient - 1 : quotient;
+  }
+}
+template <i32 kDivisor>
+FJ_HD i32 floormod_by(i32 a) {
+  static_assert(kDivisor > 0, "a positive divisor");
+  if constexpr ((kDivisor & (kDivisor - 1)) == 0) {
+    return a & (kDivisor - 1);
+  } else {
+    const i32 remainder = a % kDivisor;
+    return remainder < 0 ? remainder + kDivisor : remainder;
+  }
 }
 
 FJ_HD i32 min(i32 a, i32 b) {

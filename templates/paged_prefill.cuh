@@ -185,17 +185,47 @@ struct KeyTerms {
   typename Variant::ScoreKeyTerms score;
 };
 
-template <bool kFoldScale, int kTiles, int kKeyBatch, bool kStaged, class Variant, class Scores>
+// Whether score_and_mask selects -inf by the mask's value (branch-free) rather than branching
+// around the element: for masks of a few operations that read no arrays. Either evaluates the
+// same mask; the branch keeps fewer values live, which masks with array reads or many terms
+// (document, prefix_ranges) need at head dim 64 and 128 to stay clear of spills.
+template <class Variant>
+constexpr bool kSelectMasked = !Variant::kKeyTermsLoad && Variant::kElementOperations <= 16;
+
+// No diagonal window: score_and_mask evaluates the mask per element.
+struct NoDiagonalWindow {
+  static constexpr bool kActive = false;
+  __device__ __forceinline__ bool keep(int, int) const { return true; }
+};
+
+// A thread's mask bits of one tile of a translation-invariant mask (Variant::kDiagonal), for
+// kTiles n8 tiles of keys: bit kTiles * 8 - 7 - m of row r's bits is the element of row r and
+// key key0 + m (m = 8 j + e % 2), so each element is a test of a bit whose place the compiler
+// knows. The kernel builds them (paged_prefill_sm90.cuh, diagonal_window) from one mask
+// evaluation per diagonal of the tile; the tile must lie inside the sequence.
+template <int kTiles>
+struct DiagonalWindow {
+  static constexpr bool kActive = true;
+  static constexpr int kWords = kTiles / 4;
+  u32 bits[2][kWords];
+  __device__ __forceinline__ bool keep(int r, int m) const {
+    const int index = kTiles * 8 - 7 - m;
+    return ((bits[r][index / 32] >> (index % 32)) & 1u) != 0;
+  }
+};
+
+template <bool kFoldScale, int kTiles, int kKeyBatch, bool kStaged, class Variant, class Scores,
+          class Window>
 __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
                                                     const MaskParams& params, float scale,
                                                     const ThreadRows<Variant>& rows, int key0,
                                                     int kv_end, bool check_elements,
                                                     const KeyTerms<Variant>* staged, Scores& s,
-                                                    float (&tile_max)[2]) {
+                                                    float (&tile_max)[2], const Window& window) {
   typename Variant::MaskRequestTerms mask_request{};
   typename Variant::ScoreRequestTerms score_request{};
   if constexpr (Variant::kHasScore) score_request = variant.score_request_terms(params, rows.b);
-  if (check_elements) mask_request = variant.mask_request_terms(params, rows.b);
+  if (check_elements && !Window::kActive) mask_request = variant.mask_request_terms(params, rows.b);
   // Tiles go kBatch at a time: the key terms of a batch's keys first, so that their loads are
   // in flight together. Keys past the sequence take the last key's terms (their elements are
   // masked regardless, and the tile is only visited when kv_end > 0): no branch separates the
@@ -210,11 +240,11 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
         if constexpr (kStaged) {
           const KeyTerms<Variant>& terms = staged[(j0 + b) * 8 + c];
           score_key[b][c] = terms.score;
-          if (check_elements) mask_key[b][c] = terms.mask;
+          if (check_elements && !Window::kActive) mask_key[b][c] = terms.mask;
         } else {
           const int kv = min(key0 + (j0 + b) * 8 + c, kv_end - 1);
           score_key[b][c] = variant.score_key_terms(params, rows.b, kv, score_request);
-          if (check_elements)
+          if (check_elements && !Window::kActive)
             mask_key[b][c] = variant.mask_key_terms(params, rows.b, kv, mask_request);
         }
       }
@@ -229,9 +259,18 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
           x = variant.score(params, x, rows.b, rows.head[r], rows.q[r], kv, score_request,
                             rows.score_query[r], score_key[b][e % 2]);
         }
-        if (check_elements &&
-            (kv >= kv_end || !variant.mask(params, rows.b, rows.head[r], rows.q[r], kv,
-                                           mask_request, rows.mask_query[r], mask_key[b][e % 2]))) {
+        if (Window::kActive) {
+          x = window.keep(r, j * 8 + e % 2) ? x : negative_infinity();
+        } else if (check_elements && kSelectMasked<Variant>) {
+          // A select, not a branch around the mask's instructions: & evaluates both sides.
+          const bool keep =
+              (kv < kv_end) & variant.mask(params, rows.b, rows.head[r], rows.q[r], kv,
+                                           mask_request, rows.mask_query[r], mask_key[b][e % 2]);
+          x = keep ? x : negative_infinity();
+        } else if (check_elements &&
+                   (kv >= kv_end ||
+                    !variant.mask(params, rows.b, rows.head[r], rows.q[r], kv, mask_request,
+                                  rows.mask_query[r], mask_key[b][e % 2]))) {
           x = negative_infinity();
         }
         s_element(s, j, e) = x;
@@ -252,19 +291,22 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
 // thread's quad column). Key terms are computed once per key, kKeyBatch n8 tiles' keys at a
 // time; keys past the sequence reuse the last key's terms and are masked. With kStaged they are
 // read instead from `staged`, whose element 8 j + c holds key key0 + 8 j + c's (shared memory
-// that a producer filled; past the sequence, the last key's terms).
-template <int kTiles, int kKeyBatch = 1, bool kStaged = false, class Variant, class Scores>
+// that a producer filled; past the sequence, the last key's terms). With a DiagonalWindow (a
+// Partial tile inside the sequence of a kDiagonal mask) the mask's values are its bits.
+template <int kTiles, int kKeyBatch = 1, bool kStaged = false, class Variant, class Scores,
+          class Window = NoDiagonalWindow>
 __device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
                                                float scale, const ThreadRows<Variant>& rows,
                                                int key0, int kv_end, bool check_elements, Scores& s,
                                                float (&tile_max)[2],
-                                               const KeyTerms<Variant>* staged = nullptr) {
+                                               const KeyTerms<Variant>* staged = nullptr,
+                                               const Window& window = Window{}) {
   if (fold_scale<Variant>(scale)) {
     score_and_mask_impl<true, kTiles, kKeyBatch, kStaged>(
-        variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max);
+        variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
   } else {
     score_and_mask_impl<false, kTiles, kKeyBatch, kStaged>(
-        variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max);
+        variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
   }
 }
 

@@ -137,6 +137,30 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       for (int e = 0; e < 32; ++e)
         o[c][e] = 0.0f;
   }
+  // A mask that reads q and kv only through q - kv (Variant::kDiagonal) and not the head takes
+  // its Partial tiles' bits from one evaluation per diagonal: the warp's rows span at most
+  // kDiagonalSpan + 1 positions (16 packed rows), so a tile's diagonals fit kDiagonalWords
+  // words, bit t standing for q - kv == diagonal_lo - k0 - (kBlockN - 1) + t. Row r's bits
+  // start diagonal_shift[r] into them (diagonal_window). A warp whose rows span more
+  // (not seen: rows past the request repeat its last) checks elements.
+  constexpr bool kDiagonalMask = Variant::kDiagonal && !Variant::kUsesHead;
+  constexpr int kDiagonalSpan = 25;  // keeps each row's shift under 32
+  constexpr int kDiagonalWords = (kBlockN + 24) / 32 + 1;
+  int diagonal_lo = 0;
+  int diagonal_shift[2] = {0, 0};
+  bool diagonal = false;
+  if constexpr (kDiagonalMask && !kProducer) {
+    int lo = min(rows.q[0], rows.q[1]);
+    int hi = max(rows.q[0], rows.q[1]);
+    for (int offset = 16; offset > 0; offset /= 2) {
+      lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
+      hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
+    }
+    diagonal_lo = lo;
+    diagonal = hi - lo <= kDiagonalSpan;
+    for (int r = 0; r < 2; ++r)
+      diagonal_shift[r] = rows.q[r] - lo + 6 - 2 * quad_col;
+  }
 
   for (int next = first_tile; next < end_tile;) {
     // List the next tiles to visit, in order: each consumer thread classifies one tile per
@@ -318,7 +342,25 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         // 256, nor with 128-key tiles: ptxas spills).
         const int key0 = k0 + quad_col * 2;
         const KeyTerms<Variant>* const staged = key_terms + stage * kBlockN + quad_col * 2;
-        if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
+        if (kDiagonalMask && diagonal && tile_class == TileClass::Partial &&
+            k0 + kBlockN <= kv_end) {
+          // Lane l evaluates diagonals l, l + 32, ... of the tile; each row then shifts its
+          // kBlockN bits out of the words (a funnel shift by less than 32).
+          const int first_diagonal = diagonal_lo - k0 - (kBlockN - 1);
+          u32 words[kDiagonalWords];
+          for (int w = 0; w < kDiagonalWords; ++w) {
+            words[w] = __ballot_sync(0xffffffffu, variant.mask(args.params, rows.b, rows.head[0],
+                                                               first_diagonal + 32 * w + lane, 0));
+          }
+          DiagonalWindow<kBlockN / 8> window;
+          for (int r = 0; r < 2; ++r) {
+            for (int i = 0; i < kBlockN / 32; ++i)
+              window.bits[r][i] = __funnelshift_r(words[i], words[i + 1], diagonal_shift[r]);
+          }
+          score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(variant, args.params, args.scale,
+                                                                 rows, key0, kv_end, true, s,
+                                                                 tile_max, staged, window);
+        } else if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
               variant, args.params, args.scale, rows, key0, kv_end, true, s, tile_max, staged);
         } else {

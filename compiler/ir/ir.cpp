@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <set>
 #include <sstream>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 
 #include "fj_ops.cuh"
@@ -429,6 +431,44 @@ bool uses_variable(const Expr& e, Variable variable) {
     const Var* var = node.as<Var>();
     return var != nullptr && var->variable == variable;
   });
+}
+
+bool translation_invariant(const Expr& e) {
+  const auto is_position = [](const Expr& node) {
+    const Var* var = node.as<Var>();
+    return var != nullptr && (var->variable == Variable::Q || var->variable == Variable::KV);
+  };
+  std::unordered_map<const ExprNode*, bool> memo;
+  const std::function<bool(const Expr&)> invariant = [&](const Expr& node) -> bool {
+    if (is_position(node)) return false;  // q or kv alone
+    const auto found = memo.find(node.get());
+    if (found != memo.end()) return found->second;
+    bool result = true;
+    const int count = operand_count(node.kind());
+    if (count == 2 && is_position(operand(node, 0)) && is_position(operand(node, 1))) {
+      const Var* a = operand(node, 0).as<Var>();
+      const Var* b = operand(node, 1).as<Var>();
+      switch (node.kind()) {
+        case ExprKind::Sub:
+        case ExprKind::EQ:
+        case ExprKind::NE:
+        case ExprKind::LT:
+        case ExprKind::LE:
+        case ExprKind::GT:
+        case ExprKind::GE:
+          result = a->variable != b->variable || node.kind() != ExprKind::Sub;
+          break;
+        default:
+          result = false;
+      }
+    } else {
+      for (int i = 0; i < count && result; ++i)
+        result = invariant(operand(node, i));
+    }
+    memo.emplace(node.get(), result);
+    return result;
+  };
+  return invariant(e);
 }
 
 bool uses_param(const Expr& e, int slot) {

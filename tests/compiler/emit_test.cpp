@@ -130,7 +130,7 @@ TEST_CASE("bool params, the head and constant bodies", "[emit]") {
   CHECK_THAT(headed, Catch::Contains("static constexpr bool kUsesHead = true;"));
   // The whole mask reads only h: a term of the query row, which the element part returns.
   CHECK_THAT(headed, Catch::Contains("    const bool q_0 = (h != 0);\n"
-                                     "    const bool q_1 = ((p.scalar[0] != 0) && q_0);\n"
+                                     "    const bool q_1 = ((p.scalar[0] != 0) & q_0);\n"
                                      "    return MaskQueryTerms{q_1};\n"));
   CHECK_THAT(hook(headed, "mask"), Catch::Contains("    return query.v0;"));
   CHECK_THAT(headed, Catch::Contains("fj::Interval::boolean((p.scalar[0] != 0))"));
@@ -146,6 +146,46 @@ TEST_CASE("bool params, the head and constant bodies", "[emit]") {
   // A variant without a mask shows nothing.
   const std::string none = emit_cuda_variant(Variant{}, "None");
   CHECK_THAT(none, Catch::Contains("    return false;\n"));
+}
+
+TEST_CASE("division by a positive constant calls the constant-divisor helpers", "[emit]") {
+  // (q - kv) % 2 == 0 && q / 128 >= 0 && kv / h < 3: constant divisors take floormod_by /
+  // floordiv_by, a runtime one the general helper; && between computed values is written &.
+  const Expr mask = ir::And::make(
+      ir::And::make(ir::EQ::make(ir::Mod::make(ir::Sub::make(q(), kv()), ir::IntImm::make(2)),
+                                 ir::IntImm::make(0)),
+                    ir::GE::make(ir::Div::make(q(), ir::IntImm::make(128)), ir::IntImm::make(0))),
+      ir::LT::make(ir::Div::make(kv(), h()), ir::IntImm::make(3)));
+  const std::string code = emit_cuda_variant(variant_of("divided", mask), "Divided");
+  CHECK_THAT(code, Catch::Contains("fj::floormod_by<2>("));
+  CHECK_THAT(code, Catch::Contains("fj::floordiv_by<128>(q)"));
+  CHECK_THAT(code, Catch::Contains("fj::floordiv(kv, h)"));
+  CHECK_THAT(hook(code, "mask"), !Catch::Contains("&&"));
+  // A negative constant divisor keeps the general helper (its result takes the divisor's sign).
+  const std::string negative = emit_cuda_variant(
+      variant_of("negative", ir::EQ::make(ir::Mod::make(q(), ir::IntImm::make(-4)), kv())),
+      "Negative");
+  CHECK_THAT(negative, Catch::Contains("fj::floormod(q, -4)"));
+}
+
+TEST_CASE("translation-invariant masks are marked diagonal", "[emit]") {
+  const auto diagonal = [](const Expr& mask) {
+    return emit_cuda_variant(variant_of("m", mask), "M")
+               .find("static constexpr bool kDiagonal = true;") != std::string::npos;
+  };
+  const Expr d = ir::Sub::make(q(), kv());
+  CHECK(diagonal(causal()));
+  CHECK(diagonal(ir::And::make(
+      causal(), ir::EQ::make(ir::Mod::make(d, ir::IntImm::make(2)), ir::IntImm::make(0)))));
+  CHECK(diagonal(ir::LT::make(ir::Abs::make(ir::Sub::make(kv(), q())), ir::IntImm::make(9))));
+  CHECK(diagonal(ir::NE::make(kv(), q())));
+  // Reads of q or kv alone, or of a sum, break it.
+  CHECK_FALSE(diagonal(ir::And::make(causal(), ir::LT::make(kv(), ir::IntImm::make(4)))));
+  CHECK_FALSE(diagonal(ir::EQ::make(ir::Div::make(q(), ir::IntImm::make(4)),
+                                    ir::Div::make(kv(), ir::IntImm::make(4)))));
+  CHECK_FALSE(diagonal(ir::LT::make(ir::Add::make(q(), kv()), ir::IntImm::make(9))));
+  CHECK_FALSE(diagonal(ir::LT::make(ir::Sub::make(ir::Add::make(q(), ir::IntImm::make(1)), kv()),
+                                    ir::IntImm::make(9))));
 }
 
 TEST_CASE("INT_MIN is written without a 64-bit literal", "[emit]") {
@@ -280,7 +320,7 @@ TEST_CASE("float params, arrays and conversions in a mask", "[emit][float]") {
                                    "    const float t2 = fj::int_to_float(t1);\n"
                                    "    const float t3 = fj::fmul(query.v1, t2);\n"
                                    "    const bool t4 = (t3 > fj::bits_to_float(p.scalar[2]));\n"
-                                   "    const bool t5 = (t0 && t4);\n"
+                                   "    const bool t5 = (t0 & t4);\n"
                                    "    return t5;\n"));
   CHECK_THAT(code, Catch::Contains("    const fj::Interval t0 = fj::ival::load_int(p.array[0], "
                                    "fj::Interval::point(b), q);\n"));

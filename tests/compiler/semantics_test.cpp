@@ -93,6 +93,34 @@ TEST_CASE("floor division and modulo agree with a long double reference", "[sema
   }
 }
 
+// floordiv_by / floormod_by (a known positive divisor: what the generated CUDA calls) agree
+// with floordiv / floormod for every dividend, powers of two and others.
+template <int32_t kDivisor>
+void check_constant_divisor(std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> any(kMin, kMax);
+  const int32_t edges[] = {kMin, kMin + 1, -kDivisor - 1, -kDivisor, -1,
+                           0,    1,        kDivisor,      kMax - 1,  kMax};
+  for (int i = 0; i < 20000; ++i) {
+    const int32_t a = i < 10 ? edges[i] : (i % 2 ? any(rng) : any(rng) % 1000);
+    INFO(a << " / " << kDivisor);
+    REQUIRE(fj::floordiv_by<kDivisor>(a) == fj::floordiv(a, kDivisor));
+    REQUIRE(fj::floormod_by<kDivisor>(a) == fj::floormod(a, kDivisor));
+  }
+}
+
+TEST_CASE("floor division by a constant divisor matches the general one", "[semantics]") {
+  std::mt19937 rng(11);
+  check_constant_divisor<1>(rng);
+  check_constant_divisor<2>(rng);
+  check_constant_divisor<3>(rng);
+  check_constant_divisor<7>(rng);
+  check_constant_divisor<16>(rng);
+  check_constant_divisor<100>(rng);
+  check_constant_divisor<128>(rng);
+  check_constant_divisor<1 << 30>(rng);
+  check_constant_divisor<kMax>(rng);
+}
+
 TEST_CASE("arithmetic wraps around modulo 2^32", "[semantics]") {
   CHECK(fj::wrap_add(kMax, 1) == kMin);
   CHECK(fj::wrap_add(kMin, -1) == kMax);

@@ -408,10 +408,25 @@ class StatementWriter {
       return fmt::format("fj::ftanh_approx({})", operands[0]);
     }
     if (intervals_) return fmt::format("{}({})", spelling.interval, fmt::join(operands, ", "));
+    if ((e.kind() == ir::ExprKind::Div || e.kind() == ir::ExprKind::Mod) &&
+        operand_type == ir::Type::Int && ir::operand(e, 1).kind() == ir::ExprKind::IntImm &&
+        ir::operand(e, 1).as<ir::IntImm>()->value > 0) {
+      // By a positive constant: a shift and a mask for powers of two (fj_ops.cuh).
+      return fmt::format("fj::{}<{}>({})",
+                         e.kind() == ir::ExprKind::Div ? "floordiv_by" : "floormod_by",
+                         ir::operand(e, 1).as<ir::IntImm>()->value, operands[0]);
+    }
     if (!spelling.scalar_is_operator) {
       return fmt::format("{}({})", spelling.scalar, fmt::join(operands, ", "));
     }
     if (is_select) return fmt::format("({} ? {} : {})", operands[0], operands[1], operands[2]);
+    if (e.kind() == ir::ExprKind::And || e.kind() == ir::ExprKind::Or) {
+      // Both operands are computed already (one statement per node): & and | leave nvcc no
+      // short circuit to turn into a branch around the right operand's instructions in the
+      // kernel's per-element loop, where a select is cheaper.
+      return fmt::format("({} {} {})", operands[0], e.kind() == ir::ExprKind::And ? "&" : "|",
+                         operands[1]);
+    }
     if (operands.size() == 1) return fmt::format("({}{})", spelling.scalar, operands[0]);
     return fmt::format("({} {} {})", operands[0], spelling.scalar, operands[1]);
   }
@@ -912,6 +927,9 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       "struct {struct_name} {{\n"
       "  static constexpr bool kHasScore = {has_score};\n"
       "  static constexpr bool kUsesHead = {uses_head};\n"
+      "  // Whether the mask reads q and kv only through q - kv (then its value at q, kv is its\n"
+      "  // value at q - kv, 0: one value per diagonal)\n"
+      "  static constexpr bool kDiagonal = {diagonal};\n"
       "  // Operations per element left after the split (the kernel's tile width follows it)\n"
       "  static constexpr int kElementOperations = {element_operations};\n"
       "  // Whether the key terms read runtime arrays (the Hopper kernel's producer stages them)\n"
@@ -943,6 +961,7 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       fmt::arg("mask_ir", ir::to_string(mask)), fmt::arg("score_comment", score_comment),
       fmt::arg("struct_name", struct_name), fmt::arg("has_score", variant.has_score()),
       fmt::arg("uses_head", variant.uses_head),
+      fmt::arg("diagonal", ir::translation_invariant(mask)),
       fmt::arg("element_operations",
                mask_hook.element_operations() + score_hook.element_operations()),
       fmt::arg("key_terms_load", mask_hook.key_terms_load() || score_hook.key_terms_load()),

@@ -392,6 +392,11 @@ class IRMutator {
 
 // Whether `variable` occurs in e.
 bool uses_variable(const Expr& e, Variable variable);
+// Whether e reads q and kv only through their difference: every q and kv occurs as an operand
+// of `q - kv`, `kv - q` or a comparison of the two. Then, for positions q, kv >= 0 (the
+// difference does not wrap), e(q, kv) == e(q - kv, 0): the value is constant along each
+// diagonal of the score matrix (causal, windows, dilations, modular patterns).
+bool translation_invariant(const Expr& e);
 // Whether `e` reads the runtime parameter in `slot`.
 bool uses_param(const Expr& e, int slot);
 // Whether `e` reads the runtime array in `slot`.
