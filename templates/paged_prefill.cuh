@@ -185,12 +185,19 @@ struct KeyTerms {
   typename Variant::ScoreKeyTerms score;
 };
 
+// Element operations from which a mask's Partial tiles take the branch-free select and, for
+// kDiagonal masks, the diagonal window (paged_prefill_sm90.cuh). Below it nvcc already makes the
+// element's mask predicated code, and the window's fixed cost (three evaluations, three ballots,
+// the shifts) does not pay: sliding 1024 ran 5% slower with both (bench/history/hopper-notes.md).
+constexpr int kMaskedSelectMinOperations = 5;
 // Whether score_and_mask selects -inf by the mask's value (branch-free) rather than branching
 // around the element: for masks of a few operations that read no arrays. Either evaluates the
 // same mask; the branch keeps fewer values live, which masks with array reads or many terms
 // (document, prefix_ranges) need at head dim 64 and 128 to stay clear of spills.
 template <class Variant>
-constexpr bool kSelectMasked = !Variant::kKeyTermsLoad && Variant::kElementOperations <= 16;
+constexpr bool kSelectMasked =
+    !Variant::kKeyTermsLoad && Variant::kElementOperations >= kMaskedSelectMinOperations &&
+    Variant::kElementOperations <= 16;
 
 // No diagonal window: score_and_mask evaluates the mask per element.
 struct NoDiagonalWindow {

@@ -143,7 +143,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   // words, bit t standing for q - kv == diagonal_lo - k0 - (kBlockN - 1) + t. Row r's bits
   // start diagonal_shift[r] into them (diagonal_window). A warp whose rows span more
   // (not seen: rows past the request repeat its last) checks elements.
-  constexpr bool kDiagonalMask = Variant::kDiagonal && !Variant::kUsesHead;
+  constexpr bool kDiagonalMask = Variant::kDiagonal && !Variant::kUsesHead &&
+                                 Variant::kElementOperations >= kMaskedSelectMinOperations;
   constexpr int kDiagonalSpan = 25;  // keeps each row's shift under 32
   constexpr int kDiagonalWords = (kBlockN + 24) / 32 + 1;
   int diagonal_lo = 0;
