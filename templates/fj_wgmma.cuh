@@ -15,6 +15,19 @@
 
 namespace fj {
 
+// The layout above in numbers: a swizzled row of a chunk and the eight rows the permutation
+// repeats after, the 16-bit columns of a chunk and a k16 step's share of a row, the float
+// registers of one m64n64 accumulator per thread (64 * 64 / 128). Enumerators: see
+// kernel_args.cuh.
+enum : int {
+  kSwizzleRowBytes = 128,
+  kSwizzleAtomBytes = 8 * kSwizzleRowBytes,  // the permutation's period
+  kChunkColumns = kSwizzleRowBytes / 2,
+  kKStepBytes = 16 * 2,  // a k16 step's columns within a row
+  kKStepsPerChunk = kChunkColumns / 16,
+  kAccumulatorFloats = 32,
+};
+
 // Descriptor of a 128-byte-swizzled operand at shared address `address`: `stride_bytes` is the
 // distance between groups of 8 rows (1024 in the layout above), `leading_bytes` the distance
 // between 64-column chunks along the dimension the instruction spans. An m64n64k16 operand

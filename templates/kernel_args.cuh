@@ -18,8 +18,16 @@ constexpr int kPrefillThreads = 128;
 // producer warpgroup gathers K/V tiles of wgmma_block_n() keys into a ring of wgmma_stages()
 // stages, two consumer warpgroups of 64 rows each issue wgmma. The visited tiles are listed
 // kWgmmaTileList at a time. The producer gives registers to the consumers (setmaxnreg).
-constexpr int kWgmmaBlockM = 128;
-constexpr int kWgmmaThreads = 384;
+// Enumerators, not constexpr variables: NVRTC emits each namespace-scope constexpr variable
+// into the PTX as a global, used or not.
+enum : int {
+  kWarpThreads = 32,
+  kWarpgroupThreads = 4 * kWarpThreads,       // wgmma's unit: four warps
+  kWgmmaProducerThreads = kWarpgroupThreads,  // warpgroup 0
+  kWgmmaConsumerRows = 64,                    // wgmma's M, per consumer
+};
+constexpr int kWgmmaBlockM = 2 * kWgmmaConsumerRows;
+constexpr int kWgmmaThreads = 3 * kWarpgroupThreads;  // the producer and two consumers
 constexpr int kWgmmaTileList = 1024;
 constexpr int kWgmmaRegisterPool = 3 * 168;  // per thread of each warpgroup, together
 constexpr int kWgmmaMaxStages = 4;

@@ -27,7 +27,7 @@ namespace fj {
 // have landed), free when mbarrier kWgmmaMaxStages + s does (both consumers are done reading it).
 __shared__ __align__(8) unsigned long long fj_wgmma_barriers[2 * kWgmmaMaxStages];
 __shared__ int fj_wgmma_tile_list[kWgmmaTileList];  // tile * 4 + TileClass
-__shared__ int fj_wgmma_warp_counts[(kWgmmaThreads - 128) / 32];
+__shared__ int fj_wgmma_warp_counts[(kWgmmaThreads - kWgmmaProducerThreads) / kWarpThreads];
 
 // The K/V ring as each thread sees it: `tiles` counts the tiles that have gone through it, so
 // the i-th tile overall uses stage i % stages in phase i / stages, for producer and
@@ -58,18 +58,19 @@ template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kProducer
 __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args, const int request,
                                                    const int kv_head, const int row0,
                                                    KvPipeline& pipe, KeyTerms<Variant>* key_terms) {
-  static_assert(kHeadDim % 64 == 0, "the wgmma kernel takes head dims in 64-column chunks");
+  static_assert(kHeadDim % kChunkColumns == 0,
+                "the wgmma kernel takes head dims in 64-column chunks");
   static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16 (0: contiguous)");
   constexpr int kBlockM = kWgmmaBlockM;
   constexpr int kBlockN = wgmma_block_n(kHeadDim, Variant::kElementOperations);
-  constexpr int kSAccumulators = kBlockN / 64;  // m64n64 accumulators of S
+  constexpr int kSAccumulators = kBlockN / kChunkColumns;  // m64n64 accumulators of S
   constexpr int kStages = wgmma_stages(kHeadDim, kBlockN);
-  constexpr int kConsumerThreads = kWgmmaThreads - 128;
-  constexpr int kConsumerWarps = kConsumerThreads / 32;
+  constexpr int kConsumerThreads = kWgmmaThreads - kWgmmaProducerThreads;
+  constexpr int kConsumerWarps = kConsumerThreads / kWarpThreads;
   constexpr int kQBytes = kBlockM * kHeadDim * 2;
   constexpr int kTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
   constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q·K^T
-  constexpr int kOChunks = kHeadDim / 64;             // 64-column accumulators of O
+  constexpr int kOChunks = kHeadDim / kChunkColumns;  // 64-column accumulators of O
   constexpr int kKeyBatch = kHeadDim <= 128 && kBlockN == 64 ? 4 : 1;  // score_and_mask's
   constexpr bool kStageKeyTerms = Variant::kKeyTermsLoad;
 
@@ -115,26 +116,27 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   const int first_tile = range.lo / kBlockN;
   const int end_tile = range.lo < visible_end ? (visible_end + kBlockN - 1) / kBlockN : first_tile;
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpThreads;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpThreads;
 
   // Consumer state (unused by the producer's instantiation).
-  const int consumer_warp = warp - 4;      // 0..7: rows 16 * consumer_warp of the block
-  const int consumer = consumer_warp / 4;  // 0, 1: rows 64 * consumer
-  const int quad_row = lane / 4;           // row within the 8-row half of the warp's 16 rows
+  // 0..7: rows 16 * consumer_warp of the block; consumer 0, 1: rows 64 * consumer.
+  const int consumer_warp = warp - kWgmmaProducerThreads / kWarpThreads;
+  const int consumer = consumer_warp / (kWarpgroupThreads / kWarpThreads);
+  const int quad_row = lane / 4;  // row within the 8-row half of the warp's 16 rows
   const int quad_col = lane % 4;
   // This thread's two packed rows, quad_row and quad_row + 8, with the hooks' terms (unused by
   // the producer).
   ThreadRows<Variant> rows;
   const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
-  float o[kOChunks][32];
+  float o[kOChunks][kAccumulatorFloats];
   const float neg_inf = negative_infinity();
   float row_max[2] = {neg_inf, neg_inf};
   float row_sum[2] = {0.0f, 0.0f};
   if constexpr (!kProducer) {
     rows.set(variant, args.params, request, block, row0 + consumer_warp * 16 + quad_row);
     for (int c = 0; c < kOChunks; ++c)
-      for (int e = 0; e < 32; ++e)
+      for (int e = 0; e < kAccumulatorFloats; ++e)
         o[c][e] = 0.0f;
   }
   // A mask that reads q and kv only through q - kv (Variant::kDiagonal) and not the head takes
@@ -168,7 +170,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
     // round; the producer keeps step with the barriers.
     int listed = 0;
     while (next < end_tile && listed + kConsumerThreads <= kWgmmaTileList) {
-      const int own = next + static_cast<int>(threadIdx.x) - 128;
+      const int own = next + static_cast<int>(threadIdx.x) - kWgmmaProducerThreads;
       TileClass own_class = TileClass::Empty;
       if (!kProducer && own < end_tile) {
         const int own_k0 = own * kBlockN;
@@ -197,7 +199,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
     }
 
     if constexpr (kProducer) {
-      using TileCopy = KvTileCopy<kHeadDim, kBlockN, 128, kPageSize, Swizzled128Rows<kBlockN>>;
+      using TileCopy =
+          KvTileCopy<kHeadDim, kBlockN, kWgmmaProducerThreads, kPageSize, Swizzled128Rows<kBlockN>>;
       const TileCopy k_copy(static_cast<int>(threadIdx.x),
                             static_cast<const unsigned short*>(args.k_cache),
                             static_cast<i64>(kv_head) * args.k_stride_head +
@@ -262,23 +265,30 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       // Descriptors move with the address in their low bits (16-byte units), so each
       // instruction's is a base plus a constant.
       const unsigned long long q_desc =
-          wgmma_desc_sw128(smem_address(q_tile) + consumer * 64 * 128, 1024, 1024);
-      const unsigned long long stage_desc = wgmma_desc_sw128(stages_address, 1024, 1024);
+          wgmma_desc_sw128(smem_address(q_tile) + consumer * kWgmmaConsumerRows * kSwizzleRowBytes,
+                           kSwizzleAtomBytes, kSwizzleAtomBytes);
+      const unsigned long long stage_desc =
+          wgmma_desc_sw128(stages_address, kSwizzleAtomBytes, kSwizzleAtomBytes);
       const unsigned long long stage_pair_desc =
-          wgmma_desc_sw128(stages_address, kBlockN * 128, 1024);
+          wgmma_desc_sw128(stages_address, kBlockN * kSwizzleRowBytes, kSwizzleAtomBytes);
       // S = Q K^T for the consumer's 64 rows and the keys of K stage `stage`, 64 keys per
       // accumulator (rows 64 a of the K tile), one instruction per k16 step; committed.
-      const auto issue_s = [&](float(&s)[kSAccumulators][32], int stage) {
+      const auto issue_s = [&](float(&s)[kSAccumulators][kAccumulatorFloats], int stage) {
         const unsigned long long k_desc = stage_desc + ((stage * 2 * kTileBytes) >> 4);
         for (int ks = 0; ks < kKSteps; ++ks) {
-          const int step = (ks % 4) * 32;
-          const unsigned long long a_desc = q_desc + (((ks / 4) * 128 * kBlockM + step) >> 4);
+          const int step = (ks % kKStepsPerChunk) * kKStepBytes;
+          const unsigned long long a_desc =
+              q_desc + (((ks / kKStepsPerChunk) * kSwizzleRowBytes * kBlockM + step) >> 4);
           if constexpr (kSAccumulators == 2) {
-            wgmma_64x128x16_ss<kBF16>(s[0], s[1], a_desc,
-                                      k_desc + (((ks / 4) * 128 * kBlockN + step) >> 4), ks > 0);
+            wgmma_64x128x16_ss<kBF16>(
+                s[0], s[1], a_desc,
+                k_desc + (((ks / kKStepsPerChunk) * kSwizzleRowBytes * kBlockN + step) >> 4),
+                ks > 0);
           } else {
-            wgmma_64x64x16_ss<kBF16>(s[0], a_desc,
-                                     k_desc + (((ks / 4) * 128 * kBlockN + step) >> 4), ks > 0);
+            wgmma_64x64x16_ss<kBF16>(
+                s[0], a_desc,
+                k_desc + (((ks / kKStepsPerChunk) * kSwizzleRowBytes * kBlockN + step) >> 4),
+                ks > 0);
           }
         }
         wgmma_commit();
@@ -291,7 +301,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
             stage_pair_desc + ((stage * 2 * kTileBytes + kTileBytes) >> 4);
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
           for (int c = 0; c < kOChunks; c += 2) {
-            const unsigned long long b = v_desc + ((c * 128 * kBlockN + kk * 16 * 128) >> 4);
+            const unsigned long long b =
+                v_desc + ((c * kSwizzleRowBytes * kBlockN + kk * 16 * kSwizzleRowBytes) >> 4);
             if constexpr (kOChunks % 2 == 0) {
               wgmma_64x128x16_rs_mn<kBF16>(o[c], o[c + 1], p[kk], b);
             } else {
@@ -305,7 +316,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       const auto rescale_o = [&](const float(&rescale)[2]) {
         if (rescale[0] != 1.0f || rescale[1] != 1.0f) {
           for (int c = 0; c < kOChunks; ++c) {
-            for (int e = 0; e < 32; ++e)
+            for (int e = 0; e < kAccumulatorFloats; ++e)
               o[c][e] *= rescale[(e / 2) % 2];
           }
         }
@@ -322,7 +333,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         mbarrier_wait(pipe.full(stage), (t / kStages) % 2);
         fence_proxy_async_shared();
 
-        float s[kSAccumulators][32];
+        float s[kSAccumulators][kAccumulatorFloats];
         wgmma_fence();
         issue_s(s, stage);
         if (i > 0) {
@@ -501,12 +512,12 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
   KvPipeline pipe;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(pipe.full(s), 128);                   // the producer's threads
-      mbarrier_init(pipe.empty(s), kWgmmaThreads - 128);  // the consumers' threads
+      mbarrier_init(pipe.full(s), kWgmmaProducerThreads);
+      mbarrier_init(pipe.empty(s), kWgmmaThreads - kWgmmaProducerThreads);  // the consumers
     }
   }
   __syncthreads();
-  if (threadIdx.x < 128) {
+  if (threadIdx.x < kWgmmaProducerThreads) {
     setmaxnreg_dec<wgmma_producer_registers(kHeadDim)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
       prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, true>(args, request, kv_head, row0,
