@@ -208,7 +208,7 @@ struct NoDiagonalWindow {
 // A thread's mask bits of one tile of a translation-invariant mask (Variant::kDiagonal), for
 // kTiles n8 tiles of keys: bit kTiles * 8 - 7 - m of row r's bits is the element of row r and
 // key key0 + m (m = 8 j + e % 2), so each element is a test of a bit whose place the compiler
-// knows. The kernel builds them (paged_prefill_sm90.cuh, diagonal_window) from one mask
+// knows. The wgmma consumer builds them (paged_prefill_sm90.cuh, kDiagonalMask) from one mask
 // evaluation per diagonal of the tile; the tile must lie inside the sequence.
 template <int kTiles>
 struct DiagonalWindow {

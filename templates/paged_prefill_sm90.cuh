@@ -143,7 +143,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   // its Partial tiles' bits from one evaluation per diagonal: the warp's rows span at most
   // kDiagonalSpan + 1 positions (16 packed rows), so a tile's diagonals fit kDiagonalWords
   // words, bit t standing for q - kv == diagonal_lo - k0 - (kBlockN - 1) + t. Row r's bits
-  // start diagonal_shift[r] into them (diagonal_window). A warp whose rows span more
+  // start diagonal_shift[r] into them (DiagonalWindow). A warp whose rows span more
   // (not seen: rows past the request repeat its last) checks elements.
   constexpr bool kDiagonalMask = Variant::kDiagonal && !Variant::kUsesHead &&
                                  Variant::kElementOperations >= kMaskedSelectMinOperations;

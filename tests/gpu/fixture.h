@@ -2,14 +2,23 @@
 // once, whichever test asks first) and the standard library's program.
 #pragma once
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <string>
 
+#include "check/paged_check.h"
 #include "flexjit/flexjit.h"
 
 namespace flexjit::testing {
+
+// A file of the source tree. The binary may run from a copy of the tree elsewhere (the GPU
+// machine): the environment variable FLEXJIT_SOURCE_DIR overrides the build's source path.
+inline std::string source_path(const std::string& relative) {
+  const char* root = std::getenv("FLEXJIT_SOURCE_DIR");
+  return std::string(root != nullptr ? root : FLEXJIT_SOURCE_DIR) + "/" + relative;
+}
 
 struct GpuFixture {
   fj_context* context = nullptr;
@@ -18,10 +27,7 @@ struct GpuFixture {
 
   GpuFixture() {
     REQUIRE(fj_context_create(&context) == FJ_SUCCESS);
-    // The binary may run from a copy of the tree elsewhere (the GPU machine): the environment
-    // variable FLEXJIT_SOURCE_DIR overrides the build's source path.
-    const char* root = std::getenv("FLEXJIT_SOURCE_DIR");
-    mask_file = std::string(root != nullptr ? root : FLEXJIT_SOURCE_DIR) + "/dsl/lib/standard.mask";
+    mask_file = source_path("dsl/lib/standard.mask");
     REQUIRE(fj_program_create_from_file(context, mask_file.c_str(), &program) == FJ_SUCCESS);
   }
   ~GpuFixture() {
@@ -33,6 +39,30 @@ struct GpuFixture {
 inline GpuFixture& fixture() {
   static GpuFixture instance;
   return instance;
+}
+
+// The checks every paged report passes: no NaN or unwritten output, empty rows 0 and lse -inf,
+// the relative and lse errors within the dtype's tolerance, and the CPU backend's output as
+// close (run with compare_cpu).
+inline void require_correct(const flexjit::PagedCheckConfig& config,
+                            const flexjit::PagedCheckReport& report) {
+  INFO(
+      fmt::format("{} gqa {} layout {}: rel err {:.3e}, bad {}, empty rows wrong {}, lse err "
+                  "{:.3e}",
+                  report.kernel_name, config.num_heads / config.num_kv_heads,
+                  config.layout == flexjit::KvLayout::NHD ? "NHD" : "HND", report.relative_error,
+                  report.bad_outputs, report.empty_rows_wrong, report.lse_max_abs_error));
+  CHECK(report.bad_outputs == 0);
+  CHECK(report.empty_rows_wrong == 0);
+  CHECK(report.relative_error <= flexjit::relative_error_tolerance(config.dtype));
+  CHECK(report.lse_max_abs_error <= 2e-2);
+  INFO(fmt::format("GPU vs CPU backend: rel diff {:.3e}, lse diff {:.3e}, finite on one only {}",
+                   report.cpu_relative_error, report.cpu_lse_max_abs_error,
+                   report.cpu_mismatched_non_finite));
+  CHECK(report.cpu_relative_error >= 0);
+  CHECK(report.cpu_relative_error <= flexjit::relative_error_tolerance(config.dtype));
+  CHECK(report.cpu_lse_max_abs_error <= 2e-2);
+  CHECK(report.cpu_mismatched_non_finite == 0);
 }
 
 }  // namespace flexjit::testing

@@ -35,28 +35,9 @@ flexjit::PagedCheckReport check(const flexjit::PagedCheckConfig& config) {
   return *report;
 }
 
-void require_correct(const flexjit::PagedCheckConfig& config,
-                     const flexjit::PagedCheckReport& report) {
-  INFO(
-      fmt::format("{} gqa {} layout {}: rel err {:.3e}, bad {}, empty rows wrong {}, lse err "
-                  "{:.3e}",
-                  report.kernel_name, config.num_heads / config.num_kv_heads,
-                  config.layout == flexjit::KvLayout::NHD ? "NHD" : "HND", report.relative_error,
-                  report.bad_outputs, report.empty_rows_wrong, report.lse_max_abs_error));
-  CHECK(report.bad_outputs == 0);
-  CHECK(report.empty_rows_wrong == 0);
-  CHECK(report.relative_error <= flexjit::relative_error_tolerance(config.dtype));
-  CHECK(report.lse_max_abs_error <= 2e-2);
-  INFO(fmt::format("GPU vs CPU backend: rel diff {:.3e}, lse diff {:.3e}, finite on one only {}",
-                   report.cpu_relative_error, report.cpu_lse_max_abs_error,
-                   report.cpu_mismatched_non_finite));
-  CHECK(report.cpu_relative_error >= 0);
-  CHECK(report.cpu_relative_error <= flexjit::relative_error_tolerance(config.dtype));
-  CHECK(report.cpu_lse_max_abs_error <= 2e-2);
-  CHECK(report.cpu_mismatched_non_finite == 0);
-}
-
 }  // namespace
+
+using flexjit::testing::require_correct;
 
 TEST_CASE("paged prefill matches the float64 reference", "[gpu]") {
   const std::string mask = GENERATE("causal", "sliding");
