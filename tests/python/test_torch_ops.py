@@ -167,10 +167,13 @@ class TorchOpsTest(unittest.TestCase):
         # schema order) on stand-in tensors: every check passes and the launch fails only
         # where it needs the driver. Proves the arguments land where the schema says. The
         # stand-ins pose as torch tensors on cuda:0: the current device and stream are stood
-        # in for too.
+        # in for too, both where prepare() asks torch and where the launch paths ask torch's C
+        # functions (flexjit._torch_calls, by tensor type).
         from support import FakeTensor
+        calls = {FakeTensor: flexjit._TorchCalls(lambda: 0, lambda index: None)}
         with mock.patch("torch.cuda.current_device", return_value=0), \
-                mock.patch.object(flexjit, "_torch_stream", return_value=None):
+                mock.patch.object(flexjit, "_torch_stream", return_value=None), \
+                mock.patch.dict(flexjit._torch_calls, calls):
             self.check_implementations(FakeTensor)
 
     def check_implementations(self, FakeTensor):
