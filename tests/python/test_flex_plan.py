@@ -5,9 +5,10 @@ Without a GPU: flex_plan's argument and trace checks (before any device work), i
 machine without a device, and, with torch, flex_attention_paged's checks of `plan`. On a GPU
 (torch with CUDA): a decode batch (requests of 1 to 4000 keys, page 16, GQA 32/8, head dim 128,
 bf16) of three FlexAttention-style pairs, one reading a captured tensor, against the unplanned
-call, torch's own flex_attention and float64; a CUDA graph of the planned run replayed over new
-batches; and docs/python.md's example. Skipped with the reason where torch, the library or a GPU
-is missing. On the GPU machine (library staged in .carry/lib):
+call, torch's own flex_attention and float64; a mixed batch (prefill chunks beside decodes);
+a CUDA graph of the planned run replayed over new batches; and docs/python.md's example.
+Skipped with the reason where torch, the library or a GPU is missing. On the GPU machine
+(library staged in .carry/lib):
 
     cd tests/python && FLEXJIT_LIBRARY=$PWD/../../.carry/lib/libflexjit_runtime.so \\
         python3 -m unittest -v test_flex_plan
@@ -254,6 +255,24 @@ class FlexPlanGpuTest(unittest.TestCase):
                                         block_mask=block_mask)
                     self.assert_close(got, theirs,
                                       f"request {r} ({length} keys) vs torch's flex_attention")
+
+    def test_mixed_batch_matches_unplanned(self):
+        # A plan for queries of up to 64 tokens: prefill chunks after their history beside
+        # decodes, in one run.
+        query_lens, lens = [1, 40, 1, 5, 64], [3001, 200, 17, 1000, 64]
+        batch = paged_batch(query_lens, lens, device="cuda", seed=5, width=WIDTH, heads=HEADS,
+                            kv_heads=KV_HEADS)
+        qsl = batch["query_start_loc"].tolist()
+        with flexjit.flex_plan(sliding, softcap, **dict(SHAPE, max_query_len=64,
+                                                       max_num_tokens=128)) as plan:
+            plan.update(qsl, lens, WIDTH)
+            out = flexjit.flex_attention_paged(*positional(batch), mask_mod=sliding,
+                                               score_mod=softcap, plan=plan)
+            want = flexjit.flex_attention_paged(*positional(batch), mask_mod=sliding,
+                                                score_mod=softcap, max_query_len=64)
+            torch.cuda.synchronize()
+        self.assertTrue(torch.isfinite(out).all())
+        self.assert_close(out, want, "mixed batch, planned vs unplanned")
 
     def test_plans_share_kernels_and_check_batches(self):
         doc = document_ids(8, seed=2)
