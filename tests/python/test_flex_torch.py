@@ -71,16 +71,17 @@ def functions(device="cpu"):
 
 
 def reference(q, k, v, mask_mod, score_mod, scale, gqa):
-    """float64 attention with the functions evaluated by torch on broadcast index tensors."""
+    """float64 attention with the functions evaluated by torch on broadcast index tensors (on
+    q's device, where the functions' captured tensors must be)."""
     B, H, S, D = q.shape
     L = k.shape[2]
     if gqa:
         k = k.repeat_interleave(H // k.shape[1], dim=1)
         v = v.repeat_interleave(H // v.shape[1], dim=1)
-    b = torch.arange(B).view(B, 1, 1, 1)
-    h = torch.arange(H).view(1, H, 1, 1)
-    qi = torch.arange(S).view(1, 1, S, 1)
-    ki = torch.arange(L).view(1, 1, 1, L)
+    b = torch.arange(B, device=q.device).view(B, 1, 1, 1)
+    h = torch.arange(H, device=q.device).view(1, H, 1, 1)
+    qi = torch.arange(S, device=q.device).view(1, 1, S, 1)
+    ki = torch.arange(L, device=q.device).view(1, 1, 1, L)
     s = (q.double() @ k.double().transpose(-1, -2)) * (scale or D ** -0.5)
     if score_mod is not None:
         s = score_mod(s, b, h, qi, ki).double()

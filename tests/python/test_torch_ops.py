@@ -39,7 +39,8 @@ NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 8, 2, 128, 16
 
 
-def paged_batch(query_lens, seq_lens, *, device, seed=0, width=None, dtype=None):
+def paged_batch(query_lens, seq_lens, *, device, seed=0, width=None, dtype=None, heads=HEADS,
+                kv_heads=KV_HEADS):
     """Inputs of one paged call: a joint K/V cache [blocks, 2, page, kv heads, D] with shuffled
     blocks, q, and the int32 metadata. `width`: block-table columns (default: the longest)."""
     dtype = dtype or torch.bfloat16
@@ -51,12 +52,12 @@ def paged_batch(query_lens, seq_lens, *, device, seed=0, width=None, dtype=None)
     table = torch.zeros(len(seq_lens), width, dtype=torch.int32)
     for r, n in enumerate(blocks):
         table[r, :n] = torch.tensor([order.pop() for _ in range(n)], dtype=torch.int32)
-    joint = torch.randn(num_blocks, 2, PAGE, KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
+    joint = torch.randn(num_blocks, 2, PAGE, kv_heads, HEAD_DIM, generator=gen).to(dtype)
     joint = joint.to(device)
     qsl = [0]
     for n in query_lens:
         qsl.append(qsl[-1] + n)
-    q = torch.randn(qsl[-1], HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
+    q = torch.randn(qsl[-1], heads, HEAD_DIM, generator=gen).to(dtype).to(device)
     return dict(q=q, k_cache=joint[:, 0], v_cache=joint[:, 1], block_table=table.to(device),
                 query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
                 seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device))
@@ -70,6 +71,51 @@ def document_ids(num_reqs, length, device):
 
 def nan_like(q):
     return torch.full_like(q, float("nan"))
+
+
+def static_batch(batches, *, num_reqs, num_tokens, width, heads=HEADS, kv_heads=KV_HEADS):
+    """The buffers a captured graph reads (q for num_tokens tokens, a joint K/V cache as large as
+    the largest of `batches`' caches, metadata for num_reqs requests), and a function that
+    writes one paged_batch into them (requests past its own left empty) and returns its
+    token count."""
+    pool = max(b["k_cache"].shape[0] for b in batches)
+    joint = torch.zeros(pool, 2, PAGE, kv_heads, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    static = dict(q=torch.zeros(num_tokens, heads, HEAD_DIM, dtype=torch.bfloat16,
+                                device="cuda"),
+                  k_cache=joint[:, 0], v_cache=joint[:, 1],
+                  block_table=torch.zeros(num_reqs, width, dtype=torch.int32, device="cuda"),
+                  query_start_loc=torch.zeros(num_reqs + 1, dtype=torch.int32, device="cuda"),
+                  seq_lens=torch.zeros(num_reqs, dtype=torch.int32, device="cuda"))
+
+    def write(batch):
+        tokens, n = batch["q"].shape[0], batch["seq_lens"].shape[0]
+        static["q"][:tokens].copy_(batch["q"])
+        blocks = batch["k_cache"].shape[0]
+        joint[:blocks, 0].copy_(batch["k_cache"])
+        joint[:blocks, 1].copy_(batch["v_cache"])
+        static["block_table"][:n].copy_(batch["block_table"])
+        static["query_start_loc"].fill_(tokens)
+        static["query_start_loc"][:n + 1].copy_(batch["query_start_loc"])
+        static["seq_lens"].zero_()
+        static["seq_lens"][:n].copy_(batch["seq_lens"])
+        return tokens
+
+    return static, write
+
+
+def capture_graph(run):
+    """A CUDA graph of run(), after one run outside the capture (which compiles and loads the
+    kernels and allocates what the run keeps) on a side stream, as torch asks."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return graph
 
 
 class ImportTest(unittest.TestCase):
@@ -167,10 +213,13 @@ class TorchOpsTest(unittest.TestCase):
         # schema order) on stand-in tensors: every check passes and the launch fails only
         # where it needs the driver. Proves the arguments land where the schema says. The
         # stand-ins pose as torch tensors on cuda:0: the current device and stream are stood
-        # in for too.
+        # in for too, both where prepare() asks torch and where the launch paths ask torch's C
+        # functions (flexjit._torch_calls, by tensor type).
         from support import FakeTensor
+        calls = {FakeTensor: flexjit._TorchCalls(lambda: 0, lambda index: None)}
         with mock.patch("torch.cuda.current_device", return_value=0), \
-                mock.patch.object(flexjit, "_torch_stream", return_value=None):
+                mock.patch.object(flexjit, "_torch_stream", return_value=None), \
+                mock.patch.dict(flexjit._torch_calls, calls):
             self.check_implementations(FakeTensor)
 
     def check_implementations(self, FakeTensor):
@@ -350,28 +399,14 @@ class TorchOpsGpuTest(unittest.TestCase):
         width = 64  # blocks per request: 1000 keys need 63
         inputs = [paged_batch(ql, sl, device="cuda", seed=10 + i, width=width)
                   for i, (ql, sl) in enumerate(batches)]
-        pool = max(b["k_cache"].shape[0] for b in inputs)
-        joint = torch.zeros(pool, 2, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16,
-                            device="cuda")
-        static = dict(q=torch.zeros(48, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda"),
-                      k_cache=joint[:, 0], v_cache=joint[:, 1],
-                      block_table=torch.zeros(4, width, dtype=torch.int32, device="cuda"),
-                      query_start_loc=torch.zeros(5, dtype=torch.int32, device="cuda"),
-                      seq_lens=torch.zeros(4, dtype=torch.int32, device="cuda"))
+        static, write = static_batch(inputs, num_reqs=4, num_tokens=48, width=width)
         out = torch.zeros_like(static["q"])
 
         def load(i):
             """Plans batch i (outside any capture) and writes it into the static buffers."""
             b = inputs[i]
             plan.update(b["query_start_loc"].tolist(), b["seq_lens"].tolist(), width)
-            tokens = b["q"].shape[0]
-            static["q"][:tokens].copy_(b["q"])
-            n = b["k_cache"].shape[0]
-            joint[:n, 0].copy_(b["k_cache"])
-            joint[:n, 1].copy_(b["v_cache"])
-            for name in ("block_table", "query_start_loc", "seq_lens"):
-                static[name].copy_(b[name])
-            return tokens, b
+            return write(b), b
 
         return plan, static, out, load, len(batches)
 
@@ -394,18 +429,6 @@ class TorchOpsGpuTest(unittest.TestCase):
                 torch.testing.assert_close(replayed.float(), want.float(), atol=2e-2, rtol=2e-2,
                                            msg=lambda m: f"batch {i}, planned vs unplanned: {m}")
 
-    def capture(self, run):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            run()  # warm-up outside the capture (compiles and loads on first use)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run()
-        return graph
-
     def test_plan_run_in_a_cuda_graph(self):
         plan, static, out, load, count = self.plan_setup("gpu.plan")
         load(0)
@@ -413,7 +436,7 @@ class TorchOpsGpuTest(unittest.TestCase):
         def run():
             self.ops.plan_run("gpu.plan", **static, out=out)
 
-        graph = self.capture(run)
+        graph = capture_graph(run)
         self.check_replays(graph, run, static, out, load, count)
 
     def test_compiled_plan_run_in_a_cuda_graph(self):
@@ -427,7 +450,7 @@ class TorchOpsGpuTest(unittest.TestCase):
         def run():
             step(static, out)
 
-        graph = self.capture(run)
+        graph = capture_graph(run)
         self.check_replays(graph, run, static, out, load, count)
 
 

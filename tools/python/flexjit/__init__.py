@@ -30,13 +30,15 @@ from ._capi import (ArrayArg, Define, Dtype, KernelDesc, PagedAttentionArgs, Par
 __all__ = ["Context", "Program", "Kernel", "Launch", "Plan", "FlexjitError", "Status", "Dtype",
            "ParamType", "ParamInfo", "runtime_version", "library_path", "define_text",
            # FlexAttention-style functions, traced (trace.py) and run (flex.py).
-           "flex_attention", "flex_attention_paged", "compile_flex", "FlexKernel", "trace",
+           "flex_attention", "flex_attention_paged", "compile_flex", "FlexKernel", "flex_plan",
+           "FlexPlan", "trace",
            "to_source", "TraceError", "runtime", "and_masks", "or_masks", "where", "minimum",
            "maximum", "clamp", "tanh", "exp", "exp2", "log", "log2", "sqrt", "sigmoid", "floor",
            "ceil"]
 
 
-from .flex import FlexKernel, compile_flex, flex_attention, flex_attention_paged  # noqa: E402
+from .flex import (FlexKernel, FlexPlan, compile_flex, flex_attention,  # noqa: E402
+                   flex_attention_paged, flex_plan)
 from .trace import (TraceError, and_masks, ceil, clamp, exp, exp2, floor, log, log2,  # noqa: E402
                     maximum, minimum, or_masks, runtime, sigmoid, sqrt, tanh, to_source, where)
 

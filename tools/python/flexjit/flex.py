@@ -6,7 +6,9 @@ reads them through fj_varlen_attention's batch strides and separate key lengths 
 nothing is copied. docs/python.md#flex_attention describes it.
 """
 
+import contextlib
 import ctypes
+import numbers
 import sys
 import threading
 
@@ -14,7 +16,8 @@ from . import trace as _trace
 from ._arrays import Array, describe, is_torch_tensor
 from ._capi import ArrayArg, VarlenAttentionArgs, library
 
-__all__ = ["flex_attention", "flex_attention_paged", "compile_flex", "FlexKernel"]
+__all__ = ["flex_attention", "flex_attention_paged", "compile_flex", "FlexKernel", "flex_plan",
+           "FlexPlan"]
 
 _lock = threading.Lock()
 _context = None
@@ -76,6 +79,15 @@ class FlexKernel:
         arrays = {}
         for name, (obj, rank, element) in captured.items():
             arrays[name] = _array_argument(name, obj, rank, element, device)
+        return params, arrays
+
+    def paged_arguments(self, mask_mod, score_mod, device):
+        """(params, arrays) of one paged call (Kernel.__call__'s params= and arrays=): as
+        launch_arguments, each captured tensor shaped as the 1-D or 2-D array the program
+        declares."""
+        params, captured = self.launch_arguments(mask_mod, score_mod, device)
+        arrays = {name: data.reshape(rows, cols) if self.program.param_info(name).rank == 2
+                  else data.reshape(rows) for name, (data, rows, cols) in captured.items()}
         return params, arrays
 
     def run(self, q, k, v, out, *, mask_mod=None, score_mod=None, lse=None, scale=None,
@@ -442,25 +454,173 @@ def op_values(bindings, mask_mod, score_mod, device):
 
 def flex_attention_paged(query, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
                          score_mod=None, mask_mod=None, scale=None, max_query_len=None,
-                         kv_layout="NHD", out=None, lse=None):
+                         kv_layout="NHD", out=None, lse=None, plan=None):
     """The traced pair over vLLM's paged KV cache (Kernel.__call__'s arguments, CUDA tensors):
     query [num_tokens, Hq, D], caches [blocks, page, Hkv, D] ("NHD") or [blocks, Hkv, page, D]
     ("HND"), block_table, query_start_loc, seq_lens int32. `b` is the request and q_idx the
     query's logical position (seq_len - query_len + its row in the request: a decode step's
     query sees the position after its history), as every paged call
-    (docs/architecture.md#call-contract). Returns out (and fills lse when given)."""
+    (docs/architecture.md#call-contract). Returns out (and fills lse when given).
+
+    With `plan` (a FlexPlan of the same functions, from flex_plan), the batch its last update()
+    described runs planned (split-KV decode) through torch.ops.flexjit.plan_run: no host-device
+    synchronisation, capturable in a CUDA graph; max_query_len is not read."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(query, torch.Tensor):
         raise TypeError("flex_attention_paged takes torch tensors")
     _forward_only(query, k_cache, v_cache)
+    if plan is not None:
+        return _planned(plan, query, k_cache, v_cache, block_table, query_start_loc, seq_lens,
+                        mask_mod, score_mod, scale, kv_layout, out, lse)
     page_size = k_cache.shape[1] if kv_layout == "NHD" else k_cache.shape[2]
     with torch.cuda.device(query.device):
         kernel = compile_flex(mask_mod, score_mod, head_dim=query.shape[-1],
                               dtype=_kernel_dtype(query), page_size=page_size)
-        params, captured = kernel.launch_arguments(mask_mod, score_mod, query.device)
-        arrays = {name: data.reshape(rows, cols) if kernel.program.param_info(name).rank == 2
-                  else data.reshape(rows) for name, (data, rows, cols) in captured.items()}
+        params, arrays = kernel.paged_arguments(mask_mod, score_mod, query.device)
         return kernel.kernel(query, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                              out=out, lse=lse, max_query_len=max_query_len, params=params,
                              arrays=arrays, scale=float(scale) if scale is not None else 0.0,
                              kv_layout=kv_layout)
+
+
+def _planned(plan, query, k_cache, v_cache, block_table, query_start_loc, seq_lens, mask_mod,
+             score_mod, scale, kv_layout, out, lse):
+    """flex_attention_paged(plan=): the checks that tie the call to the plan, then
+    torch.ops.flexjit.plan_run with the plan's workspace."""
+    if not isinstance(plan, FlexPlan):
+        raise TypeError(f"plan: expected a flexjit.FlexPlan (flexjit.flex_plan), got "
+                        f"{type(plan).__name__}")
+    traced = traced_program(mask_mod, score_mod)
+    if traced.source != plan.kernel.source:
+        raise ValueError(f"plan: made for other functions (mask {plan.kernel.traced.mask!r}, "
+                         f"score {plan.kernel.traced.score!r}) than this call's (mask "
+                         f"{traced.mask!r}, score {traced.score!r}), or for other captured "
+                         f"numbers, which are compile-time constants (flexjit.runtime makes "
+                         f"one a parameter); make a plan of these functions")
+    if query.device.type != "cuda":
+        raise ValueError(f"plan: plans run on CUDA tensors, query is on {query.device}")
+    if plan.device is not None and query.device.index != plan.device:
+        raise ValueError(f"plan: made on cuda:{plan.device}, query is on {query.device}")
+    torch = sys.modules["torch"]
+    from . import _torch_ops
+    with torch.cuda.device(query.device):
+        params, arrays = plan.kernel.paged_arguments(mask_mod, score_mod, query.device)
+        workspace = plan._workspace_for(arrays, num_reqs=seq_lens.shape[0],
+                                        num_heads=query.shape[1], device=query.device)
+        return _torch_ops.plan_run(plan.op_key, query, k_cache, v_cache, block_table,
+                                   query_start_loc, seq_lens, out=out, lse=lse, params=params,
+                                   arrays=arrays,
+                                   scale=float(scale) if scale is not None else 0.0,
+                                   kv_layout=kv_layout, workspace=workspace)
+
+
+class FlexPlan:
+    """A plan (flexjit.Plan: split-KV decode, mixed batches, CUDA graphs) of the paged kernel
+    of a traced mask_mod/score_mod, made by flex_plan. The caller keeps it across steps:
+    update() from host copies of each batch's lengths, then flex_attention_paged(...,
+    plan=plan). It must outlive the CUDA graphs that captured a run of it."""
+
+    def __init__(self, kernel, plan, device):
+        self.kernel = kernel  # the FlexKernel
+        self.plan = plan  # the flexjit.Plan
+        self.device = device  # the CUDA device index it was made on (None: torch not loaded)
+        self._key = None
+        self._workspace = None
+        self._retired = []  # smaller workspaces, which captured graphs may still point at
+
+    @property
+    def op_key(self):
+        """The key of torch.ops.flexjit.plan_run's registry this plan is registered under
+        (flexjit.torch_ops; registered on first use, unregistered by close())."""
+        if self._key is None:
+            from . import _torch_ops
+            self._key = _torch_ops.register(f"flex_plan.{self.kernel.name}.{id(self):x}",
+                                            self.plan)
+        return self._key
+
+    def update(self, query_start_loc, seq_lens, max_blocks_per_req, stream=None):
+        """Plans the next batch (Plan.update, fj_plan_update) from host copies of its lengths:
+        query_start_loc (num_reqs + 1) and seq_lens (num_reqs) as lists, CPU tensors or ctypes
+        int32 arrays, and the block table's width; the work lists are copied on `stream`
+        (default: torch's current stream). Outside any CUDA-graph capture."""
+        self.plan.update(query_start_loc, seq_lens, max_blocks_per_req, stream)
+
+    def _workspace_for(self, arrays, *, num_reqs, num_heads, device):
+        """The workspace (uint8 CUDA tensor) a run with these arrays needs, None if none:
+        kept and grown here, never while a capture is under way, so that a run can be captured
+        (the library's own buffer is not capturable)."""
+        if not arrays:
+            return None
+        size = self.kernel.kernel.workspace_size(arrays, num_reqs=num_reqs, num_heads=num_heads)
+        if size == 0:
+            return None
+        if self._workspace is None or self._workspace.numel() < size:
+            torch = sys.modules["torch"]
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"flexjit: the plan needs a workspace of {size} bytes for "
+                                   f"these captured tensors, and a capture is under way: run "
+                                   f"it once outside the capture first, with tensors as large")
+            if self._workspace is not None:
+                self._retired.append(self._workspace)
+            self._workspace = torch.empty(size, dtype=torch.uint8, device=device)
+        return self._workspace
+
+    def close(self):
+        """Unregisters the plan's key and frees the plan (runs of it must have completed)."""
+        self._unregister()
+        self.plan.close()
+
+    def _unregister(self):
+        if self._key is not None:
+            sys.modules["flexjit._torch_ops"].unregister(self._key)
+            self._key = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self, _is_finalizing=sys.is_finalizing):
+        if not _is_finalizing():
+            self._unregister()
+
+
+def _shape_value(name, value, minimum):
+    """An int32 field of the plan's shape: an int (not a bool) of at least `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if not minimum <= value < 2**31:
+        raise ValueError(f"{name}: {value} is out of range (at least {minimum}, below 2**31)")
+    return int(value)
+
+
+def flex_plan(mask_mod=None, score_mod=None, *, num_heads, num_kv_heads, head_dim, max_num_reqs,
+              max_query_len=1, max_num_tokens=None, dtype="bf16", page_size=16, device=None):
+    """A FlexPlan of the traced pair's paged kernel for batches of at most `max_num_reqs`
+    requests, `max_num_tokens` query tokens (default max_num_reqs * max_query_len) and
+    `max_query_len` tokens per request (1: decode only), with num_heads query heads over
+    num_kv_heads; made on CUDA device `device` (default: the current one). Compiles the
+    kernel (cached as compile_flex's) and its split-KV decode kernel, and allocates the plan's
+    device memory."""
+    shape = dict(max_num_reqs=_shape_value("max_num_reqs", max_num_reqs, 0),
+                 max_query_len=_shape_value("max_query_len", max_query_len, 0),
+                 num_heads=_shape_value("num_heads", num_heads, 1),
+                 num_kv_heads=_shape_value("num_kv_heads", num_kv_heads, 1))
+    shape["max_num_tokens"] = _shape_value(
+        "max_num_tokens", shape["max_num_reqs"] * shape["max_query_len"]
+        if max_num_tokens is None else max_num_tokens, 0)
+    if shape["num_heads"] % shape["num_kv_heads"]:
+        raise ValueError(f"num_heads ({num_heads}) is not a multiple of num_kv_heads "
+                         f"({num_kv_heads})")
+    head_dim = _shape_value("head_dim", head_dim, 1)
+    page_size = _shape_value("page_size", page_size, 1)
+    traced_program(mask_mod, score_mod)  # trace errors before any device work
+    torch = sys.modules.get("torch")
+    if device is not None:
+        import torch
+    with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+        kernel = compile_flex(mask_mod, score_mod, head_dim=head_dim, dtype=dtype,
+                              page_size=page_size)
+        plan = kernel.kernel.plan(**shape)
+        return FlexPlan(kernel, plan, torch.cuda.current_device() if torch is not None else None)
