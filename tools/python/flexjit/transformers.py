@@ -162,6 +162,11 @@ class Masks:
     `shift` [B], and `first` [B] (left padding, or no padding: zeros) or `valid` [B, kv_length]
     (any other 2-D attention_mask)."""
 
+    # What it stands for is a [B, 1, q, kv] mask: generate() builds it ahead of the forward for
+    # a static cache, and transformers' mask creation passes a mask whose ndim is not 2 on to
+    # build_masks, which returns it as it is.
+    ndim = 4
+
     def __init__(self, kind, window, q_length, kv_length, shift, first, valid):
         self.kind, self.window = kind, window
         self.q_length, self.kv_length = q_length, kv_length
@@ -224,6 +229,8 @@ def build_masks(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
     ones, so also no padding) becomes `first`, the row's first visible key; any other pattern
     the `valid` key flags, sliced to the keys of this call."""
     import torch
+    if isinstance(attention_mask, Masks):
+        return attention_mask
     kind, window = _mask_kind(mask_function, local_size)
     if isinstance(q_offset, torch.Tensor):  # a static cache's offset: no host synchronisation
         shift = (q_offset.to(device=device, dtype=torch.int32).reshape(()) - kv_offset)
