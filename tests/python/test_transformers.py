@@ -251,6 +251,30 @@ class Models(unittest.TestCase):
         # changes a row's attention by 1/30 and the logits by several 1e-2 of their scale.
         self.run_models("cpu", torch.float32, new_tokens=24, tolerance=1e-2)
 
+    def test_cpu_right_padding_and_holes(self):
+        # A 2-D mask that is not left padding (right padding, a hole) takes the valid[b, kv]
+        # form; compared on the positions that are not padding, one forward without a cache.
+        fjt.register(float32_as="fp16")
+        ids, _ = _prompts("cpu")
+        mask = torch.ones_like(ids)
+        mask[0, 15:] = 0  # right padding
+        mask[1, 3:6] = 0  # a hole
+        for name in ("llama", "gemma2"):
+            config = _configs()[name]
+            with self.subTest(model=name):
+                torch.manual_seed(0)
+                eager = transformers.AutoModelForCausalLM.from_config(
+                    copy.deepcopy(config), attn_implementation="eager").eval()
+                ours = transformers.AutoModelForCausalLM.from_config(
+                    copy.deepcopy(config), attn_implementation="flexjit").eval()
+                ours.load_state_dict(eager.state_dict())
+                with torch.no_grad():
+                    expected = eager(input_ids=ids, attention_mask=mask, use_cache=False).logits
+                    got = ours(input_ids=ids, attention_mask=mask, use_cache=False).logits
+                self.assertTrue(torch.isfinite(got).all())
+                diff = (expected - got).abs()[mask.bool()].max().item()
+                self.assertLessEqual(diff, 1e-2 * expected.abs().max().item())
+
     def test_cpu_bfloat16(self):
         # The kernels' own dtype, as on the GPU: see test_cuda_bfloat16.
         self.run_models("cpu", torch.bfloat16, new_tokens=24, tolerance=5e-2)
