@@ -3,7 +3,10 @@ page's family for them."""
 
 import contextlib
 import io
+import json
+import pathlib
 import sys
+import tempfile
 import unittest
 
 from support import REPO
@@ -44,6 +47,25 @@ class HfGenerateTest(unittest.TestCase):
         self.assertIsNone(failed["ms"])
         self.assertIsNone(failed["tok_s"])
         self.assertEqual(failed["note"], "OutOfMemoryError: CUDA")
+
+    def test_append_merges_rows(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "hf.json"
+            self.assertEqual(G.previous_rows(path, True), [])
+            old = [G.row_of(1, 1024, impl, 128, [1000.0], 100.0) for impl in ("flexjit", "sdpa")]
+            path.write_text(json.dumps({"meta": {}, "rows": old}))
+            self.assertEqual(G.previous_rows(path, False), [])
+            previous = G.previous_rows(path, True)
+            self.assertEqual(previous, old)
+            new = [G.row_of(1, 1024, "sdpa", 128, [900.0], 90.0),
+                   G.row_of(1, 8192, "flexjit", 128, [5000.0], 900.0)]
+            rows = G.merged(previous, new)
+            self.assertEqual([(r["workload"], r["impl"], r["ms"]) for r in rows], [
+                ("hf_llama3_8b_b1_p1024", "flexjit", 1000.0),
+                ("hf_llama3_8b_b1_p1024", "sdpa", 900.0),
+                ("hf_llama3_8b_b1_p8192", "flexjit", 5000.0)])
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            G.parse_args(["--append"])
 
     def test_results_page_family(self):
         rows = [G.row_of(1, 1024, "flexjit", 128, [1000.0], 100.0),

@@ -3,7 +3,8 @@
 "flex_attention" (issue 35, item 3): tokens per second of an 8B-shaped Llama-3 model.
 
     PYTHONPATH=tools/python FLEXJIT_LIBRARY=... FLEXJIT_COMMIT=$(cat .carry/COMMIT) \
-        python3 tools/bench/hf_generate.py --json /tmp/hf.json [--prompts 1024] [--quick]
+        python3 tools/bench/hf_generate.py --json /tmp/hf.json --prompts 1024 [--quick]
+    ... hf_generate.py --json /tmp/hf.json --append --prompts 8192    # a second command
     python3 tools/bench/results_page.py ingest /tmp/hf.json
 
 Random bf16 weights of Llama-3-8B's shape (32 layers, hidden 4096, 32 query heads over 8 kv
@@ -58,6 +59,9 @@ def parse_args(argv=None):
     parser.add_argument("--time-limit", type=float, default=None,
                         help="start no workload after this many seconds")
     parser.add_argument("--json", help="write bench.py-style JSON here (after every workload)")
+    parser.add_argument("--append", action="store_true",
+                        help="keep the rows already in --json (a run split over several "
+                        "commands); a workload and impl measured again replaces its row")
     args = parser.parse_args(argv)
     args.impls = [i for i in args.impls.split(",") if i]
     unknown = [i for i in args.impls if i not in IMPLS]
@@ -68,7 +72,22 @@ def parse_args(argv=None):
         args.batches, args.prompts, args.new_tokens, args.repeats = [1, 8], [1024], 32, 1
     if args.new_tokens < 2 or args.repeats < 1 or args.layers < 1:
         parser.error("--new-tokens >= 2, --repeats >= 1 and --layers >= 1")
+    if args.append and not args.json:
+        parser.error("--append needs --json")
     return args
+
+
+def previous_rows(path, append):
+    """The rows already in `path` with --append, else none."""
+    if not append or not pathlib.Path(path).exists():
+        return []
+    return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))["rows"]
+
+
+def merged(previous, rows):
+    """previous rows not measured again in rows, then rows."""
+    again = {(row["workload"], row["impl"]) for row in rows}
+    return [row for row in previous if (row["workload"], row["impl"]) not in again] + rows
 
 
 def workload(batch, prompt):
@@ -111,6 +130,7 @@ def main(argv=None):
     meta = run_meta(argv, transformers=transformers.__version__, layers=args.layers)
     print(f"{meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}, "
           f"{args.layers} layers", flush=True)
+    previous = previous_rows(args.json, args.append) if args.json else []
     rows, start = [], time.monotonic()
     for prompt in args.prompts:
         for batch in args.batches:
@@ -136,7 +156,8 @@ def main(argv=None):
                       flush=True)
                 if args.json:
                     pathlib.Path(args.json).write_text(json.dumps(
-                        {"meta": meta, "rows": rows, "metadata": []}, indent=1, default=str))
+                        {"meta": meta, "rows": merged(previous, rows), "metadata": []},
+                        indent=1, default=str))
     return 0
 
 
