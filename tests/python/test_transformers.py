@@ -134,6 +134,9 @@ def _configs():
                                             query_pre_attn_scalar=64, **common),
         "qwen2": transformers.Qwen2Config(num_hidden_layers=3, use_sliding_window=True,
                                           sliding_window=8, max_window_layers=1, **common),
+        "gemma3": transformers.Gemma3TextConfig(
+            num_hidden_layers=3, sliding_window=8, query_pre_attn_scalar=64,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"], **common),
     }
 
 
