@@ -359,6 +359,17 @@ class Errors(unittest.TestCase):
             self.assert_field("attention_mask", lambda: model(
                 input_ids=ids, position_ids=positions, use_cache=False))
 
+    def test_continuous_batching_is_refused_by_transformers(self):
+        # docs/transformers.md: transformers' continuous batching accepts only sdpa,
+        # paged|eager and flash implementations. When a version accepts registered ones this
+        # fails, and the paged path can be integrated.
+        if not hasattr(transformers.GenerationMixin, "generate_batch"):
+            self.skipTest("this transformers has no continuous batching")
+        model = self.model(self.small(transformers.LlamaConfig))
+        with self.assertRaisesRegex(ValueError, "not supported for continuous batching"):
+            model.generate_batch(inputs=[[2, 3, 4]], generation_config=transformers.
+                                 GenerationConfig(max_new_tokens=2, do_sample=False))
+
 
 if __name__ == "__main__":
     unittest.main()
