@@ -739,6 +739,20 @@ def make_fa4(inputs, spec, page_size, copies, quick, enabled):
 
 # --- main ----------------------------------------------------------------------------------------
 
+def run_meta(argv, **extra):
+    """The "meta" object of a harness's JSON: date, device, commit, torch and CUDA versions, the
+    command line (the script's name and `argv`, else sys.argv's), the flexjit library, and
+    `extra`."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": torch.cuda.get_device_name(0), "commit": git_commit(),
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "command": " ".join([pathlib.Path(sys.argv[0]).name] +
+                            list(argv if argv is not None else sys.argv[1:])),
+        "flexjit_library": flexjit.library_path(), **extra,
+    }
+
+
 def raise_dynamo_limits():
     config = torch._dynamo.config
     for name, value in (("cache_size_limit", 1024), ("recompile_limit", 1024),
@@ -789,13 +803,7 @@ def main(argv=None):
     started = time.perf_counter()
     props = torch.cuda.get_device_properties(0)
     l2_bytes = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
-    meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "device": torch.cuda.get_device_name(0), "commit": git_commit(),
-        "torch": torch.__version__, "cuda": torch.version.cuda,
-        "command": " ".join([pathlib.Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
-        "flexjit_library": flexjit.library_path(), "l2_bytes": l2_bytes,
-    }
+    meta = run_meta(argv, l2_bytes=l2_bytes)
     log(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, flexjit "
         f"{flexjit.runtime_version()} from {meta['flexjit_library']}")
     # FA4 is imported first (before flex compiles anything) so that its `cutlass` is the one

@@ -17,7 +17,6 @@ so the argument parsing and the rows are tested without it (tests/python/test_fl
 """
 
 import argparse
-import datetime
 import json
 import pathlib
 import sys
@@ -197,18 +196,12 @@ def main(argv=None):
     sys.path.insert(0, str(HERE))
     import torch
     import flexjit
-    from bench import gpu_time_ms, raise_dynamo_limits
-    from results_page import git_commit
+    from bench import gpu_time_ms, raise_dynamo_limits, run_meta
     if not torch.cuda.is_available():
         print("flex_compare.py needs a CUDA GPU", file=sys.stderr)
         return 2
     raise_dynamo_limits()
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "device": torch.cuda.get_device_name(0), "commit": git_commit(),
-            "torch": torch.__version__, "cuda": torch.version.cuda,
-            "command": " ".join(["flex_compare.py"] + list(argv if argv is not None
-                                                          else sys.argv[1:])),
-            "flexjit_library": flexjit.library_path()}
+    meta = run_meta(argv)
     rows = []
     for case in args.cases:
         case_rows = run_case(case, args, torch, flexjit, gpu_time_ms)

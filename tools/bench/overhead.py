@@ -25,7 +25,6 @@ Prints a table with the targets and writes {"meta": ..., "rows": [...]} with --j
 """
 
 import argparse
-import datetime
 import json
 import pathlib
 import statistics
@@ -39,7 +38,7 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 
-from results_page import git_commit  # noqa: E402
+from bench import run_meta  # noqa: E402
 
 import flexjit  # noqa: E402
 
@@ -183,12 +182,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("overhead.py needs a CUDA device")
-    meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "device": torch.cuda.get_device_name(0), "commit": git_commit(),
-        "command": " ".join([pathlib.Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
-        "torch": torch.__version__, "cuda": torch.version.cuda,
-    }
+    meta = run_meta(argv)
     rows = measure(args.bursts, args.burst)
     print(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, commit {meta['commit']}")
     print(table(rows))

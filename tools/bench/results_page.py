@@ -73,6 +73,13 @@ FAMILIES = {
         "metric": "ms", "extra": "tflops", "prefixes": ("pyflex_",),
         "flexjit": "flexjit.flex_attention on the peer's contiguous [B, H, S, D] tensors",
     },
+    "transformers": {
+        "title": "transformers generate(), Llama-3-8B-shaped, random weights "
+                 "(tools/bench/hf_generate.py)",
+        "metric": "tok_s", "prefixes": ("hf_",),
+        "flexjit": "attn_implementation=\"flexjit\" (flexjit.transformers); workloads "
+                   "b<batch>_p<prompt tokens>, 128 new tokens",
+    },
     "compile": {
         "title": "Compile path", "metric": "value", "prefixes": (),
         "history": ("2026-11-22.md", "Compile path", "the CPU machine and the H100 host"),
@@ -84,6 +91,8 @@ METRICS = {
     "tflops": ("effective TFLOP/s (visible pairs only)", "TFLOP/s", 0),
     "gbps": ("GB/s of K/V read", "GB/s", 0),
     "ms": ("kernel time in ms (median)", "ms", 3),
+    "tok_s": ("generated tokens per second (batch × new tokens ÷ the median generate() time, "
+              "prefill included)", "tok/s", 0),
     "dense_tflops": ("dense-equivalent TFLOP/s over the tiles flexjit computes (4·D·tq·tk per "
                      "non-empty tile)", "TFLOP/s", 0),
 }

@@ -1,0 +1,336 @@
+"""Hugging Face transformers on flexjit: attn_implementation="flexjit" (docs/transformers.md).
+
+    import flexjit.transformers
+    flexjit.transformers.register()
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="flexjit")
+
+register() puts two functions into transformers' interfaces under one name: a mask function
+(AttentionMaskInterface), which transformers calls once per forward and mask type instead of
+building a dense 4-D mask, and returns a Masks object (the cache offsets and the padding as
+per-request int32 tensors); and an attention function (AttentionInterface), which each layer
+calls with that object and runs flexjit.flex_attention with a mask_mod reading those tensors,
+so one kernel serves every batch, prompt length and decode step.
+
+The configuration mapping (layer_attention, LayerAttention, UnsupportedConfig) reads a config
+object or a plain dict and needs neither torch nor transformers.
+"""
+
+import sys
+from typing import NamedTuple, Optional
+
+from . import trace as _trace
+
+__all__ = ["register", "layer_attention", "layer_plan", "LayerAttention", "UnsupportedConfig",
+           "Masks", "NAME"]
+
+NAME = "flexjit"
+
+# Model types whose attention adds a learnable sink logit per head (transformers' `s_aux`).
+SINK_MODEL_TYPES = ("gpt_oss",)
+
+
+class UnsupportedConfig(ValueError):
+    """A model configuration or call that flexjit cannot run yet; `field` names the
+    configuration field or keyword argument responsible."""
+
+    def __init__(self, field, message):
+        self.field = field
+        super().__init__(f"flexjit attention: {field}: {message}")
+
+
+class LayerAttention(NamedTuple):
+    """What one decoder layer's attention is: `kind` "causal" or "sliding" (a key is visible
+    when 0 <= q - kv < window, in cache positions), `window` (sliding only) and `softcap`
+    (scores become softcap * tanh(score / softcap) after scaling; None for none)."""
+    kind: str
+    window: Optional[int] = None
+    softcap: Optional[float] = None
+
+
+def _field(config, name, default=None):
+    if isinstance(config, dict):
+        return config.get(name, default)
+    return getattr(config, name, default)
+
+
+def _config_errors(config):
+    """Raises UnsupportedConfig for what no layer of the model can run."""
+    model_type = _field(config, "model_type")
+    if model_type in SINK_MODEL_TYPES:
+        raise UnsupportedConfig("model_type", f"{model_type!r} models add a learnable sink "
+                                "logit per head (s_aux); flexjit has no attention sinks yet "
+                                "(issue 34)")
+    if _field(config, "use_bidirectional_attention", False):
+        raise UnsupportedConfig("use_bidirectional_attention", "only causal attention is "
+                                "mapped")
+    if not _field(config, "is_causal", True):
+        raise UnsupportedConfig("is_causal", "only causal attention is mapped")
+
+
+def layer_attention(config, layer_idx):
+    """The LayerAttention of layer `layer_idx` of `config` (a transformers config or a dict):
+    `layer_types[layer_idx]` when the config has layer_types ("full_attention" or
+    "sliding_attention", the window from `sliding_window`), else sliding for every layer when
+    `sliding_window` is set (Mistral), else causal; `attn_logit_softcapping` as the score.
+    Raises UnsupportedConfig naming the field for what is not mapped."""
+    _config_errors(config)
+    softcap = _field(config, "attn_logit_softcapping")
+    if softcap is not None:
+        softcap = float(softcap)
+        if not softcap > 0:
+            raise UnsupportedConfig("attn_logit_softcapping", f"must be positive, is {softcap}")
+    layer_types = _field(config, "layer_types")
+    window = _field(config, "sliding_window")
+    if layer_types is not None:
+        if not 0 <= layer_idx < len(layer_types):
+            raise UnsupportedConfig("layer_types", f"has {len(layer_types)} entries, no layer "
+                                    f"{layer_idx}")
+        layer_type = layer_types[layer_idx]
+        if layer_type == "full_attention":
+            return LayerAttention("causal", None, softcap)
+        if layer_type != "sliding_attention":
+            raise UnsupportedConfig(f"layer_types[{layer_idx}]", f"{layer_type!r} is not "
+                                    "mapped (full_attention, sliding_attention)")
+    elif window is None:
+        return LayerAttention("causal", None, softcap)
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        raise UnsupportedConfig("sliding_window", f"a sliding layer needs a positive int "
+                                f"window, got {window!r}")
+    return LayerAttention("sliding", window, softcap)
+
+
+def layer_plan(config):
+    """layer_attention of every layer (num_hidden_layers of them)."""
+    count = _field(config, "num_hidden_layers")
+    if not isinstance(count, int) or count < 0:
+        raise UnsupportedConfig("num_hidden_layers", f"expected a count, got {count!r}")
+    return [layer_attention(config, i) for i in range(count)]
+
+
+# The mask_mods. q_idx and kv_idx count query rows and key rows of the call from 0; shift[b]
+# (q_offset - kv_offset of transformers' mask sizes) moves a query to the key rows' positions,
+# first[b] is the request's first non-padding key row (left padding), valid[b, kv] is 1 for a
+# key row that is not padding (any other 2-D mask). Each is traced once and compiled once per
+# window: the tensors are read at every launch.
+
+def causal_mask(shift, first):
+    def causal(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx + shift[b]) & (kv_idx >= first[b])
+    return causal
+
+
+def sliding_mask(shift, first, window):
+    def sliding(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx + shift[b]) & (q_idx + shift[b] - kv_idx < window) & \
+            (kv_idx >= first[b])
+    return sliding
+
+
+def causal_keys_mask(shift, valid):
+    def causal_keys(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx + shift[b]) & (valid[b, kv_idx] != 0)
+    return causal_keys
+
+
+def sliding_keys_mask(shift, valid, window):
+    def sliding_keys(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx + shift[b]) & (q_idx + shift[b] - kv_idx < window) & \
+            (valid[b, kv_idx] != 0)
+    return sliding_keys
+
+
+def softcap_score(cap):
+    def softcap(score, b, h, q_idx, kv_idx):
+        return cap * _trace.tanh(score / cap)
+    return softcap
+
+
+def mask_mod(layer, masks):
+    """The mask_mod of a LayerAttention over a Masks object."""
+    if masks.valid is not None:
+        if layer.kind == "sliding":
+            return sliding_keys_mask(masks.shift, masks.valid, layer.window)
+        return causal_keys_mask(masks.shift, masks.valid)
+    if layer.kind == "sliding":
+        return sliding_mask(masks.shift, masks.first, layer.window)
+    return causal_mask(masks.shift, masks.first)
+
+
+class Masks:
+    """What the mask function hands each layer in place of a 4-D mask: the call's shape, the
+    kind ("causal" or "sliding", with `window`) and int32 tensors on the model's device:
+    `shift` [B], and `first` [B] (left padding, or no padding: zeros) or `valid` [B, kv_length]
+    (any other 2-D attention_mask)."""
+
+    # What it stands for is a [B, 1, q, kv] mask: generate() builds it ahead of the forward for
+    # a static cache, and transformers' mask creation passes a mask whose ndim is not 2 on to
+    # build_masks, which returns it as it is.
+    ndim = 4
+
+    def __init__(self, kind, window, q_length, kv_length, shift, first, valid):
+        self.kind, self.window = kind, window
+        self.q_length, self.kv_length = q_length, kv_length
+        self.shift, self.first, self.valid = shift, first, valid
+
+    def __repr__(self):
+        padding = "keys" if self.valid is not None else "left"
+        return (f"flexjit.transformers.Masks({self.kind}, window={self.window}, "
+                f"q={self.q_length}, kv={self.kv_length}, padding={padding})")
+
+
+def _same_function(f, g):
+    """Whether f and g are the same code over equal captures (transformers builds a new closure
+    for each mask; comparing code and cells recognises the ones mapped here)."""
+    if f is g:
+        return True
+    code_f, code_g = getattr(f, "__code__", None), getattr(g, "__code__", None)
+    if code_f is None or code_f is not code_g:
+        return False
+    cells_f, cells_g = f.__closure__ or (), g.__closure__ or ()
+    if len(cells_f) != len(cells_g):
+        return False
+    return all(_same_value(a.cell_contents, b.cell_contents) for a, b in zip(cells_f, cells_g))
+
+
+def _same_value(a, b):
+    if callable(a) and callable(b):
+        return _same_function(a, b)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float, str, type(None))) and isinstance(b, (int, float, str,
+                                                                       type(None))):
+        return a == b
+    return False
+
+
+def _mask_kind(mask_function, local_size):
+    """("causal", None) or ("sliding", window) for the mask functions transformers builds for
+    create_causal_mask and create_sliding_window_causal_mask; anything else (packed sequences,
+    or_mask_function / and_mask_function overlays, chunked or bidirectional masks) raises."""
+    masking = sys.modules["transformers.masking_utils"]
+    if _same_function(mask_function, masking.causal_mask_function):
+        return "causal", None
+    if local_size is not None and _same_function(
+            mask_function, masking.sliding_window_causal_mask_function(local_size)):
+        return "sliding", int(local_size)
+    name = getattr(mask_function, "__qualname__", type(mask_function).__name__)
+    raise UnsupportedConfig("attention_mask", f"transformers asked for a mask flexjit does not "
+                            f"map ({name}: packed sequences, an or/and mask overlay, a chunked "
+                            f"or bidirectional mask); causal and sliding-window masks with "
+                            f"2-D padding are mapped")
+
+
+def build_masks(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
+                  mask_function=None, attention_mask=None, local_size=None, device=None,
+                  **unused):
+    """transformers' AttentionMaskInterface entry (masking_utils.sdpa_mask's arguments):
+    returns a Masks object instead of a dense mask. `attention_mask` is the 2-D padding mask
+    [B, past + q] (bool, on the model's device) or None. Left padding (each row zeros then
+    ones, so also no padding) becomes `first`, the row's first visible key; any other pattern
+    the `valid` key flags, sliced to the keys of this call."""
+    import torch
+    if isinstance(attention_mask, Masks):
+        return attention_mask
+    kind, window = _mask_kind(mask_function, local_size)
+    if isinstance(q_offset, torch.Tensor):  # a static cache's offset: no host synchronisation
+        shift = (q_offset.to(device=device, dtype=torch.int32).reshape(()) - kv_offset)
+        shift = shift.expand(batch_size).contiguous()
+    else:
+        shift = torch.full((batch_size,), int(q_offset) - int(kv_offset), dtype=torch.int32,
+                           device=device)
+    first = valid = None
+    if attention_mask is None:
+        first = torch.zeros(batch_size, dtype=torch.int32, device=device)
+    else:
+        if attention_mask.dim() != 2 or attention_mask.shape[0] != batch_size:
+            raise UnsupportedConfig("attention_mask", f"expected a 2-D padding mask [batch, "
+                                    f"keys], got shape {tuple(attention_mask.shape)}")
+        keep = attention_mask.to(torch.bool)
+        if bool((keep[:, 1:] >= keep[:, :-1]).all()):  # zeros, then ones: left padding
+            first = ((~keep).sum(dim=1) - kv_offset).to(torch.int32)
+        else:
+            end = kv_offset + kv_length
+            if keep.shape[1] < end:  # keys past the mask (a static cache): causal hides them
+                keep = torch.nn.functional.pad(keep, (0, end - keep.shape[1]))
+            valid = keep[:, kv_offset:end].to(torch.int32).contiguous()
+    return Masks(kind, window, q_length, kv_length, shift, first, valid)
+
+
+def attention_function(float32_as=None):
+    """transformers' AttentionInterface entry: (module, query [B, Hq, Sq, D], key and value
+    [B, Hkv, Skv, D], attention_mask (the Masks of build_masks), scaling, dropout, **kwargs)
+    -> (out [B, Sq, Hq, D], None). `float32_as` ("fp16", "bf16" or None): the kernel dtype that
+    float32 inputs are rounded to, None to refuse them."""
+    if float32_as not in (None, "fp16", "bf16"):
+        raise ValueError(f"float32_as: expected None, 'fp16' or 'bf16', got {float32_as!r}")
+
+    def flexjit_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                          **kwargs):
+        import torch
+        from .flex import flex_attention
+        layer = _check_call(module, attention_mask, dropout, kwargs)
+        masks = attention_mask
+        if query.shape[2] != masks.q_length or key.shape[2] != masks.kv_length:
+            raise UnsupportedConfig("attention_mask", f"the mask was prepared for {masks.q_length}"
+                                    f" queries and {masks.kv_length} keys, the layer has "
+                                    f"{query.shape[2]} and {key.shape[2]} (a cache layout "
+                                    f"not mapped)")
+        dtype = query.dtype
+        if dtype == torch.float32:
+            if float32_as is None:
+                raise UnsupportedConfig("dtype", "flexjit kernels take bfloat16 or float16; "
+                                        "load the model in one of them, or register(float32_as="
+                                        "'fp16') to round float32 inputs")
+            kernel_dtype = torch.float16 if float32_as == "fp16" else torch.bfloat16
+            query, key, value = (t.to(kernel_dtype) for t in (query, key, value))
+        score = softcap_score(layer.softcap) if layer.softcap is not None else None
+        out = flex_attention(query, key, value, score_mod=score, mask_mod=mask_mod(layer, masks),
+                             scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+        return out.transpose(1, 2).to(dtype), None
+
+    return flexjit_attention
+
+
+def _check_call(module, masks, dropout, kwargs):
+    """The LayerAttention of this call after the checks that raise UnsupportedConfig."""
+    if kwargs.get("output_attentions"):
+        raise UnsupportedConfig("output_attentions", "flexjit does not return attention "
+                                "weights")
+    if kwargs.get("head_mask") is not None:
+        raise UnsupportedConfig("head_mask", "per-head masks of the weights are not mapped")
+    if dropout and getattr(module, "training", False):
+        raise UnsupportedConfig("attention_dropout", f"dropout {dropout} in training: flexjit "
+                                "runs forward only, without dropout")
+    if not isinstance(masks, Masks):
+        got = "None" if masks is None else f"{type(masks).__name__} of shape " \
+            f"{tuple(getattr(masks, 'shape', ()))}"
+        raise UnsupportedConfig("attention_mask", f"expected the Masks of flexjit's mask "
+                                f"function, got {got}: the model built its mask without "
+                                f"transformers' mask interface, or a dense 4-D mask was passed")
+    config = getattr(module, "config", None)
+    layer_idx = getattr(module, "layer_idx", None)
+    if config is not None and layer_idx is not None:
+        layer = layer_attention(config, layer_idx)
+    else:
+        layer = LayerAttention(masks.kind, masks.window, kwargs.get("softcap"))
+    if kwargs.get("s_aux") is not None:
+        raise UnsupportedConfig("s_aux", "the layer has attention sinks; flexjit has none yet "
+                                "(issue 34)")
+    if (layer.kind, layer.window) != (masks.kind, masks.window):
+        raise UnsupportedConfig("layer_types", f"layer {layer_idx} is {layer.kind} "
+                                f"(window {layer.window}) in the config, but transformers "
+                                f"passed it a {masks.kind} mask (window {masks.window})")
+    softcap = kwargs.get("softcap")
+    if softcap is not None and (layer.softcap is None or float(softcap) != layer.softcap):
+        raise UnsupportedConfig("attn_logit_softcapping", f"the layer passed softcap={softcap},"
+                                f" the config has {layer.softcap}")
+    return layer
+
+
+def register(name=NAME, *, float32_as=None):
+    """Registers the attention function and the mask function with transformers under `name`
+    (then attn_implementation=name). `float32_as`: see attention_function."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    AttentionInterface.register(name, attention_function(float32_as))
+    AttentionMaskInterface.register(name, build_masks)
