@@ -2,7 +2,8 @@
 // of a mask file (dsl/lib/standard.mask by default) on sm_80 and sm_90a, head dims 64, 128 and
 // 256, bf16: the paged prefill (page 16), the encoder (contiguous K/V) and the decode kernel,
 // plus the mask-independent KV-write and merge kernels. A restructure that must not change the
-// generated code compares this list before and after (tools/dev/ptx_hashes.sh).
+// generated code compares this list before and after (tools/dev/ptx_hashes.sh). Declarations of
+// globals the PTX never references are left out of the hash (referenced_ptx).
 #include <fmt/format.h>
 #include <xxhash.h>
 
@@ -22,13 +23,34 @@
 
 namespace {
 
+// The PTX less its declarations of globals that nothing in it references: NVRTC declares one
+// for every static constexpr member of the variant struct and its base (VariantBase), used or not,
+// and where such a constant is declared changes no instruction.
+std::string referenced_ptx(const std::string& ptx) {
+  std::string kept;
+  std::istringstream lines(ptx);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(".global ") && line.ends_with(";") &&
+        line.find('=') == std::string::npos) {
+      const size_t name = line.find_last_of(" \t") + 1;
+      const std::string token = line.substr(name, line.size() - 1 - name);
+      const std::string symbol = token.substr(0, token.find('['));  // an array's name
+      if (ptx.find(symbol) == ptx.rfind(symbol)) continue;          // declared, never referenced
+    }
+    kept += line;
+    kept += '\n';
+  }
+  return kept;
+}
+
 std::string ptx_hash(const flexjit::KernelSpec& spec, std::string& error) {
-  auto ptx = flexjit::inspect::compile_ptx(spec);
-  if (!ptx) {
-    error = ptx.error().message + "\n" + ptx.error().log;
+  auto compiled = flexjit::inspect::compile_ptx(spec);
+  if (!compiled) {
+    error = compiled.error().message + "\n" + compiled.error().log;
     return {};
   }
-  const XXH128_hash_t hash = XXH3_128bits(ptx->data(), ptx->size());
+  const std::string ptx = referenced_ptx(*compiled);
+  const XXH128_hash_t hash = XXH3_128bits(ptx.data(), ptx.size());
   return fmt::format("{:016x}{:016x}", hash.high64, hash.low64);
 }
 
