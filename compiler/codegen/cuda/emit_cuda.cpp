@@ -777,39 +777,39 @@ class SplitHook {
     code_[kElement] = writers[kElement].code();
   }
 
-  // The terms structs and functions, the element part and the whole hook, at the variant
-  // struct's indentation. `result` is the hook's C++ type, `inputs` its leading parameters
-  // after the params ("float s, " for scores).
-  std::string declarations(const char* result, const char* inputs) const {
+  // The hook's definitions at the variant struct's indentation: the terms struct and function
+  // of each level that has terms (VariantBase's empty ones stand for the others), the element
+  // hook that takes them, and the base's hook of the element from scratch. `result` is the
+  // hook's C++ type, `inputs` its leading parameters after the params ("float s, " for scores),
+  // `base` the struct's VariantBase.
+  std::string declarations(const char* result, const char* inputs, std::string_view base) const {
+    static constexpr const char* kSignatures[kElement] = {
+        "const fj::MaskParams& p, int b", "const fj::MaskParams& p, int b, int h, int q, {request}",
+        "const fj::MaskParams& p, int b, int kv, {request}"};
     const std::string request = fmt::format("const {}& request", type(kRequest));
-    std::string text = fmt::format(
-        "  // {} terms of one request, of one query row, of one key (computed once each)\n", stem_);
+    std::string text;
     for (int at = 0; at < kElement; ++at) {
-      text += fmt::format("  struct {} {{{}}};\n", type(at), fields_[at]);
+      if (terms_[at].empty()) continue;
+      text += fmt::format(
+          "  // {stem} terms of one {level} (computed once each)\n"
+          "  struct {type} {{{fields}}};\n"
+          "  __device__ __forceinline__ {type} {lower}_{name}_terms({signature}) const {{\n"
+          "{code}  }}\n",
+          fmt::arg("stem", stem_), fmt::arg("level", kLevelNames[at]), fmt::arg("name", kNames[at]),
+          fmt::arg("type", type(at)), fmt::arg("fields", fields_[at]), fmt::arg("lower", lower_),
+          fmt::arg("signature",
+                   fmt::format(fmt::runtime(kSignatures[at]), fmt::arg("request", request))),
+          fmt::arg("code", code_[at]));
     }
     text += fmt::format(
-        "  __device__ __forceinline__ {request_type} {lower}_request_terms(const fj::MaskParams& "
-        "p, int b) const {{\n{request_code}  }}\n"
-        "  __device__ __forceinline__ {query_type} {lower}_query_terms(const fj::MaskParams& p, "
-        "int b, int h, int q, {request}) const {{\n{query_code}  }}\n"
-        "  __device__ __forceinline__ {key_type} {lower}_key_terms(const fj::MaskParams& p, int b, "
-        "int kv, {request}) const {{\n{key_code}  }}\n"
         "  __device__ __forceinline__ {result} {lower}(const fj::MaskParams& p, {inputs}int b, "
         "int h, int q, int kv, {request}, const {query_type}& query, const {key_type}& key) "
         "const {{\n{element_code}    return {element_value};\n  }}\n"
-        "  __device__ __forceinline__ {result} {lower}(const fj::MaskParams& p, {inputs}int b, "
-        "int h, int q, int kv) const {{\n"
-        "    const {request_type} request = {lower}_request_terms(p, b);\n"
-        "    return {lower}(p, {arguments}b, h, q, kv, request, {lower}_query_terms(p, b, h, q, "
-        "request), {lower}_key_terms(p, b, kv, request));\n"
-        "  }}\n",
+        "  using {base}::{lower};  // from scratch: the terms, then the hook above\n",
         fmt::arg("lower", lower_), fmt::arg("result", result), fmt::arg("inputs", inputs),
-        fmt::arg("arguments", std::string_view(inputs).empty() ? "" : "s, "),
-        fmt::arg("request", request), fmt::arg("request_type", type(kRequest)),
-        fmt::arg("query_type", type(kQuery)), fmt::arg("key_type", type(kKey)),
-        fmt::arg("request_code", code_[kRequest]), fmt::arg("query_code", code_[kQuery]),
-        fmt::arg("key_code", code_[kKey]), fmt::arg("element_code", code_[kElement]),
-        fmt::arg("element_value", element_value_));
+        fmt::arg("request", request), fmt::arg("query_type", type(kQuery)),
+        fmt::arg("key_type", type(kKey)), fmt::arg("element_code", code_[kElement]),
+        fmt::arg("element_value", element_value_), fmt::arg("base", base));
     return text;
   }
 
@@ -826,6 +826,7 @@ class SplitHook {
  private:
   enum Level { kRequest, kQuery, kKey, kElement, kLevels };
   static constexpr const char* kNames[kLevels] = {"request", "query", "key", ""};
+  static constexpr const char* kLevelNames[kElement] = {"request", "query row", "key"};
 
   std::string type(int at) const {
     static constexpr const char* kTypes[kLevels] = {"RequestTerms", "QueryTerms", "KeyTerms", ""};
@@ -912,6 +913,21 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
   StatementWriter kv_writer(true, "r");
   const std::string kv_bound = KvRangeWriter(kv_writer).bound_of(plan_kv_range(mask));
 
+  // The constants that differ from VariantBase's (documented there).
+  const std::string base = fmt::format("fj::VariantBase<{}>", struct_name);
+  std::string constants;
+  const auto constant = [&](const char* type, const char* name, auto value, auto fallback) {
+    if (value != fallback)
+      constants += fmt::format("  static constexpr {} {} = {};\n", type, name, value);
+  };
+  constant("bool", "kHasScore", variant.has_score(), false);
+  constant("bool", "kUsesHead", variant.uses_head, false);
+  constant("bool", "kDiagonal", ir::translation_invariant(mask), false);
+  constant("int", "kElementOperations",
+           mask_hook.element_operations() + score_hook.element_operations(), 0);
+  constant("bool", "kKeyTermsLoad", mask_hook.key_terms_load() || score_hook.key_terms_load(),
+           false);
+
   std::string ranges;
   if (ir::uses_variable(mask, ir::Variable::Q)) {
     ranges += "    const fj::Interval q = fj::Interval::range(q0, (fj::i64)q1 - 1);\n";
@@ -924,21 +940,12 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       "// generated by flexjit from variant `{name}` ({provenance})\n"
       "// mask: {mask_ir}\n"
       "{score_comment}"
-      "struct {struct_name} {{\n"
-      "  static constexpr bool kHasScore = {has_score};\n"
-      "  static constexpr bool kUsesHead = {uses_head};\n"
-      "  // Whether the mask reads q and kv only through q - kv (then its value at q, kv is its\n"
-      "  // value at q - kv, 0: one value per diagonal)\n"
-      "  static constexpr bool kDiagonal = {diagonal};\n"
-      "  // Operations per element left after the split (the kernel's tile width follows it)\n"
-      "  static constexpr int kElementOperations = {element_operations};\n"
-      "  // Whether the key terms read runtime arrays (the Hopper kernel's producer stages them)\n"
-      "  static constexpr bool kKeyTermsLoad = {key_terms_load};\n"
+      "struct {struct_name} : {base} {{\n"
+      "{constants}"
       "\n"
       "{mask_hooks}"
       "\n"
       "{score_hooks}"
-      "\n"
       "  // q in [q0, q1), kv in [k0, k1), half-open; empty range => Empty\n"
       "  __device__ __forceinline__ fj::TileClass classify(const fj::MaskParams& p, int b, int h, "
       "int q0, int q1, int k0, int k1) const {{\n"
@@ -959,14 +966,12 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       "}};\n",
       fmt::arg("name", variant.name), fmt::arg("provenance", provenance),
       fmt::arg("mask_ir", ir::to_string(mask)), fmt::arg("score_comment", score_comment),
-      fmt::arg("struct_name", struct_name), fmt::arg("has_score", variant.has_score()),
-      fmt::arg("uses_head", variant.uses_head),
-      fmt::arg("diagonal", ir::translation_invariant(mask)),
-      fmt::arg("element_operations",
-               mask_hook.element_operations() + score_hook.element_operations()),
-      fmt::arg("key_terms_load", mask_hook.key_terms_load() || score_hook.key_terms_load()),
-      fmt::arg("mask_hooks", mask_hook.declarations("bool", "")),
-      fmt::arg("score_hooks", score_hook.declarations("float", "float s, ")),
+      fmt::arg("struct_name", struct_name), fmt::arg("base", base),
+      fmt::arg("constants", constants),
+      fmt::arg("mask_hooks", mask_hook.declarations("bool", "", base)),
+      fmt::arg("score_hooks", variant.has_score()
+                                  ? score_hook.declarations("float", "float s, ", base) + "\n"
+                                  : std::string()),
       fmt::arg("ranges", ranges), fmt::arg("class_code", interval.code()),
       fmt::arg("class_value", class_value), fmt::arg("kv_code", kv_writer.code()),
       fmt::arg("kv_bound", kv_bound));

@@ -1,0 +1,87 @@
+// The defaults of the generated variant structs (docs/architecture.md#kernel-contract). The
+// emitter (compiler/codegen/cuda/emit_cuda.cpp) writes one struct per (mask, score) that derives
+// from VariantBase<itself> and defines only what its mask and score need: the constants that
+// differ from these, the term structs and term hooks of the levels that have terms, the mask's
+// element hook, the score's where there is one, classify and kv_range. The kernel templates call
+// the full set below on every variant.
+#pragma once
+
+#include "fj_ops.cuh"
+
+namespace fj {
+
+template <class Derived>
+struct VariantBase {
+  // Whether the variant has a score (the kernels skip score_mod's hooks otherwise).
+  static constexpr bool kHasScore = false;
+  // Whether the mask reads `h`: tile classes and kv ranges may differ between heads.
+  static constexpr bool kUsesHead = false;
+  // Whether the mask reads q and kv only through q - kv (then its value at q, kv is its value at
+  // q - kv, 0: one value per diagonal).
+  static constexpr bool kDiagonal = false;
+  // Operations per element left after the split of the mask and score into terms computed once
+  // per request, query row and key (the Hopper kernel's tile width follows it).
+  static constexpr int kElementOperations = 0;
+  // Whether the key terms read runtime arrays (the Hopper kernel's producer stages them).
+  static constexpr bool kKeyTermsLoad = false;
+
+  // Terms of one request, of one query row, of one key, for the mask and for the score: none
+  // unless the variant defines its own.
+  struct MaskRequestTerms {};
+  struct MaskQueryTerms {};
+  struct MaskKeyTerms {};
+  struct ScoreRequestTerms {};
+  struct ScoreQueryTerms {};
+  struct ScoreKeyTerms {};
+  __device__ __forceinline__ MaskRequestTerms mask_request_terms(const MaskParams&, int) const {
+    return MaskRequestTerms{};
+  }
+  template <class RequestTerms>  // the variant's own, where it has request terms
+  __device__ __forceinline__ MaskQueryTerms mask_query_terms(const MaskParams&, int, int, int,
+                                                             const RequestTerms&) const {
+    return MaskQueryTerms{};
+  }
+  template <class RequestTerms>
+  __device__ __forceinline__ MaskKeyTerms mask_key_terms(const MaskParams&, int, int,
+                                                         const RequestTerms&) const {
+    return MaskKeyTerms{};
+  }
+  __device__ __forceinline__ ScoreRequestTerms score_request_terms(const MaskParams&, int) const {
+    return ScoreRequestTerms{};
+  }
+  template <class RequestTerms>
+  __device__ __forceinline__ ScoreQueryTerms score_query_terms(const MaskParams&, int, int, int,
+                                                               const RequestTerms&) const {
+    return ScoreQueryTerms{};
+  }
+  template <class RequestTerms>
+  __device__ __forceinline__ ScoreKeyTerms score_key_terms(const MaskParams&, int, int,
+                                                           const RequestTerms&) const {
+    return ScoreKeyTerms{};
+  }
+
+  // The score without a score_mod: the scaled dot product itself.
+  __device__ __forceinline__ float score(const MaskParams&, float s, int, int, int, int,
+                                         const ScoreRequestTerms&, const ScoreQueryTerms&,
+                                         const ScoreKeyTerms&) const {
+    return s;
+  }
+
+  // The mask and score of one element from scratch: its terms, then the element hook (the
+  // variant's, which takes the terms).
+  __device__ __forceinline__ bool mask(const MaskParams& p, int b, int h, int q, int kv) const {
+    const Derived& self = static_cast<const Derived&>(*this);
+    const auto request = self.mask_request_terms(p, b);
+    return self.mask(p, b, h, q, kv, request, self.mask_query_terms(p, b, h, q, request),
+                     self.mask_key_terms(p, b, kv, request));
+  }
+  __device__ __forceinline__ float score(const MaskParams& p, float s, int b, int h, int q,
+                                         int kv) const {
+    const Derived& self = static_cast<const Derived&>(*this);
+    const auto request = self.score_request_terms(p, b);
+    return self.score(p, s, b, h, q, kv, request, self.score_query_terms(p, b, h, q, request),
+                      self.score_key_terms(p, b, kv, request));
+  }
+};
+
+}  // namespace fj
