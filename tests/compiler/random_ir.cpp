@@ -160,7 +160,10 @@ Expr RandomExpr::select(Type type, int depth) {
 
 Expr RandomExpr::integer(int depth) {
   if (depth == 0 || pick(5) == 0) return integer_leaf();
-  switch (pick(18)) {
+  // Cases 6 to 9, the bitwise ones, are drawn only with options_.bitwise.
+  int choice = pick(options_.bitwise ? 18 : 14);
+  if (!options_.bitwise && choice >= 6) choice += 4;
+  switch (choice) {
     case 0:
       return ir::Abs::make(make(Type::Int, depth - 1));
     case 1:
