@@ -387,6 +387,18 @@ FJ_HD i32 max(i32 a, i32 b) {
   return a < b ? b : a;
 }
 
+// Shifts of int32 (two's complement). A count in [0, 31] shifts by that many bits: `<<` keeps
+// the low 32 bits (wrap-around, never signed overflow), `>>` is arithmetic (floor(a / 2^n), like
+// Python's and C++20's). Any other count, negative ones included, shifts every bit out: `<<`
+// gives 0 and `>>` the sign (0 or -1), as torch.bitwise_left_shift / right_shift do on int32
+// and as Python does for counts of 32 and more. Never undefined in C++, CUDA or LLVM.
+FJ_HD i32 shl(i32 a, i32 n) {
+  return (u32)n < 32u ? wrap_to_i32((i64)((u32)a << (u32)n)) : 0;
+}
+FJ_HD i32 shr(i32 a, i32 n) {
+  return a >> ((u32)n < 32u ? (u32)n : 31u);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scalar operations of the language on float32 (IEEE binary32, round to nearest even, no
 // flush to zero). Arithmetic, conversions, sqrt, floor and ceil are correctly rounded, so the
@@ -666,6 +678,15 @@ FJ_HD Interval mod_negative(Interval a, i64 d_lo, i64 d_hi) {
   if (a.hi <= 0) return {max64(a.lo, d_lo + 1), 0};
   return {d_lo + 1, 0};
 }
+
+// The least k in [0, 31] with a and b in [-2^k, 2^k - 1] (the bitwise operations' bound).
+FJ_HD int sign_width(Interval a, Interval b) {
+  const i64 lo = min64(a.lo, b.lo), hi = max64(a.hi, b.hi);
+  int k = 0;
+  while (k < 31 && (lo < -(1ll << k) || hi > (1ll << k) - 1))
+    ++k;
+  return k;
+}
 }  // namespace detail
 
 // Class of a tile whose mask takes the boolean values in `mask`.
@@ -787,6 +808,65 @@ FJ_HD Interval select(Interval cond, Interval a, Interval b) {
   if (cond.lo == 1) return a;
   if (cond.hi == 0) return b;
   return hull(a, b);
+}
+
+// Bitwise operations. An int32 in [-2^k, 2^k - 1] has every bit from k up equal to its sign
+// bit; &, | and ^ keep such bits equal, so their results stay in that range too, and their
+// sign is that of (sign a) op (sign b). A non-negative operand m bounds `x & m` to [0, m].
+
+// ~a == -a - 1: exact.
+FJ_HD Interval bit_not(Interval a) {
+  return {-a.hi - 1, -a.lo - 1};
+}
+
+FJ_HD Interval bit_and(Interval a, Interval b) {
+  if (a.is_point() && b.is_point()) return Interval::point(a.lo & b.lo);
+  if (a.lo >= 0 || b.lo >= 0) {
+    // x & m lies in [0, m] for every m >= 0.
+    const i64 hi = a.lo >= 0 && b.lo >= 0 ? detail::min64(a.hi, b.hi) : a.lo >= 0 ? a.hi : b.hi;
+    return {0, hi};
+  }
+  // Both may be negative. Two negatives: x & y <= min(x, y). A non-negative x: x & y <= x.
+  const i64 lo = -(1ll << detail::sign_width(a, b));
+  const i64 hi = a.hi < 0 && b.hi < 0 ? detail::min64(a.hi, b.hi) : detail::max64(a.hi, b.hi);
+  return {lo, hi};
+}
+
+// a | b == ~(~a & ~b), and ~ is exact on intervals.
+FJ_HD Interval bit_or(Interval a, Interval b) {
+  return bit_not(bit_and(bit_not(a), bit_not(b)));
+}
+
+FJ_HD Interval bit_xor(Interval a, Interval b) {
+  if (a.is_point() && b.is_point()) return Interval::point(a.lo ^ b.lo);
+  const i64 top = 1ll << detail::sign_width(a, b);
+  const bool a_sign_known = a.lo >= 0 || a.hi < 0, b_sign_known = b.lo >= 0 || b.hi < 0;
+  if (!a_sign_known || !b_sign_known) return {-top, top - 1};
+  if ((a.lo >= 0) == (b.lo >= 0)) return {0, top - 1};  // equal signs: non-negative
+  return {-top, -1};
+}
+
+// a << n: before wrapping, a * 2^c for the counts c of n in [0, 31], which is monotone in a for
+// each c and in c for each a, so its extremes lie at the corners; counts outside give 0.
+FJ_HD Interval shl(Interval a, Interval n) {
+  const bool outside = n.lo < 0 || n.hi > 31;
+  const i64 c_lo = detail::max64(n.lo, 0), c_hi = detail::min64(n.hi, 31);
+  if (c_lo > c_hi) return Interval::point(0);
+  const i64 p0 = a.lo * (1ll << c_lo), p1 = a.lo * (1ll << c_hi);
+  const i64 p2 = a.hi * (1ll << c_lo), p3 = a.hi * (1ll << c_hi);
+  const Interval shifted =
+      Interval::wrapped(detail::min64(detail::min64(p0, p1), detail::min64(p2, p3)),
+                        detail::max64(detail::max64(p0, p1), detail::max64(p2, p3)));
+  return outside ? hull(shifted, Interval::point(0)) : shifted;
+}
+
+// a >> n: floor(a / 2^c), where a count outside [0, 31] acts as 31. Monotone in a, and in c
+// for each a (toward 0 or -1), so its extremes lie at the corners.
+FJ_HD Interval shr(Interval a, Interval n) {
+  const bool outside = n.lo < 0 || n.hi > 31;
+  const i64 c_lo = n.hi < 0 ? 31 : detail::min64(detail::max64(n.lo, 0), 31);
+  const i64 c_hi = outside ? 31 : n.hi;
+  return {detail::min64(a.lo >> c_lo, a.lo >> c_hi), detail::max64(a.hi >> c_lo, a.hi >> c_hi)};
 }
 
 }  // namespace ival

@@ -398,6 +398,18 @@ class IntervalProgram::Compiler {
         return Opcode::Floor;
       case ir::ExprKind::Ceil:
         return Opcode::Ceil;
+      case ir::ExprKind::BitAnd:
+        return Opcode::BitAnd;
+      case ir::ExprKind::BitOr:
+        return Opcode::BitOr;
+      case ir::ExprKind::BitXor:
+        return Opcode::BitXor;
+      case ir::ExprKind::BitNot:
+        return Opcode::BitNot;
+      case ir::ExprKind::Shl:
+        return Opcode::Shl;
+      case ir::ExprKind::Shr:
+        return Opcode::Shr;
       case ir::ExprKind::IntImm:
       case ir::ExprKind::FloatImm:
       case ir::ExprKind::BoolImm:
@@ -654,6 +666,24 @@ void IntervalProgram::run(const Tape& tape, const TileBox& box, fj::Interval kv,
         break;
       case Opcode::Ceil:
         out.floats = fj::fival::ceil(fa());
+        break;
+      case Opcode::BitAnd:
+        out.ints = fj::ival::bit_and(a(), b());
+        break;
+      case Opcode::BitOr:
+        out.ints = fj::ival::bit_or(a(), b());
+        break;
+      case Opcode::BitXor:
+        out.ints = fj::ival::bit_xor(a(), b());
+        break;
+      case Opcode::BitNot:
+        out.ints = fj::ival::bit_not(a());
+        break;
+      case Opcode::Shl:
+        out.ints = fj::ival::shl(a(), b());
+        break;
+      case Opcode::Shr:
+        out.ints = fj::ival::shr(a(), b());
         break;
     }
   }

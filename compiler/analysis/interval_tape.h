@@ -111,6 +111,12 @@ class IntervalProgram {
     Sigmoid,
     Floor,
     Ceil,
+    BitAnd,  // Int operands, as every bitwise operation
+    BitOr,
+    BitXor,
+    BitNot,
+    Shl,
+    Shr,
   };
 
   // A node's value in the frame is an ir::IntervalValue: `ints` for a Bool or an Int, `floats`

@@ -177,6 +177,9 @@ std::optional<Type> result_type(ExprKind kind, std::span<const Type> operand_typ
     case ops::Typing::Math:
       if (a == Type::Float) return Type::Float;
       return std::nullopt;
+    case ops::Typing::Bitwise:
+      if (a == Type::Int && same) return Type::Int;
+      return std::nullopt;
   }
   return std::nullopt;
 }
@@ -291,6 +294,12 @@ FJ_DEFINE_UNARY_MAKE(Sqrt)
 FJ_DEFINE_UNARY_MAKE(Sigmoid)
 FJ_DEFINE_UNARY_MAKE(Floor)
 FJ_DEFINE_UNARY_MAKE(Ceil)
+FJ_DEFINE_BINARY_MAKE(BitAnd)
+FJ_DEFINE_BINARY_MAKE(BitOr)
+FJ_DEFINE_BINARY_MAKE(BitXor)
+FJ_DEFINE_UNARY_MAKE(BitNot)
+FJ_DEFINE_BINARY_MAKE(Shl)
+FJ_DEFINE_BINARY_MAKE(Shr)
 #undef FJ_DEFINE_UNARY_MAKE
 #undef FJ_DEFINE_BINARY_MAKE
 

@@ -41,6 +41,18 @@ ir::ExprKind binary_kind(dsl::BinaryOp op) {
   return ir::ExprKind::Add;
 }
 
+// The IR node of a unary operator (its row of FJ_FOR_EACH_OPERATION).
+ir::ExprKind unary_kind(dsl::UnaryOp op) {
+  switch (op) {
+#define FJ_UNARY_KIND(name, node, arity, typing, syntax, spelling, ...) \
+  case dsl::UnaryOp::name:                                              \
+    return ir::ExprKind::node;
+    FJ_FOR_EACH_SOURCE(UNARY, FJ_UNARY_KIND)
+#undef FJ_UNARY_KIND
+  }
+  return ir::ExprKind::Neg;
+}
+
 // The IR node of a one-operand builtin that maps to a node of its own (a Math row).
 std::optional<ir::ExprKind> math_kind(dsl::Function function) {
   switch (function) {
@@ -258,8 +270,7 @@ class Lowerer {
       case dsl::Expr::Kind::Unary: {
         Result<std::vector<ir::Expr>> operands = lower_args(e, 1, depth);
         if (!operands) return operands.error();
-        return build(e, e.unary_op == dsl::UnaryOp::Neg ? ir::ExprKind::Neg : ir::ExprKind::Not,
-                     dsl::op_spelling(e.unary_op), *operands);
+        return build(e, unary_kind(e.unary_op), dsl::op_spelling(e.unary_op), *operands);
       }
       case dsl::Expr::Kind::Binary: {
         Result<std::vector<ir::Expr>> operands = lower_args(e, 2, depth);

@@ -113,6 +113,9 @@ bool is_commutative(ExprKind kind) {
     case ExprKind::NE:
     case ExprKind::And:
     case ExprKind::Or:
+    case ExprKind::BitAnd:
+    case ExprKind::BitOr:
+    case ExprKind::BitXor:
       return true;
     default:
       return false;
@@ -299,6 +302,34 @@ Expr simplify_binary(const Expr& e) {
       return e;
     }
 
+    case ExprKind::BitAnd:
+    case ExprKind::BitOr:
+    case ExprKind::BitXor: {
+      // The identities of two's complement bits, for every int32 x: x & x == x | x == x,
+      // x ^ x == 0; x & 0 == 0, x & -1 == x; x | 0 == x, x | -1 == -1; x ^ 0 == x,
+      // x ^ -1 == ~x.
+      if (same(a, b)) return kind == ExprKind::BitXor ? IntImm::make(0) : a;
+      const int32_t identity = kind == ExprKind::BitAnd ? -1 : 0;
+      if (is_int(b, identity)) return a;
+      if (kind == ExprKind::BitAnd && is_int(b, 0)) return b;
+      if (kind == ExprKind::BitOr && is_int(b, -1)) return b;
+      if (kind == ExprKind::BitXor && is_int(b, -1)) return make(ExprKind::BitNot, {a});
+      // (x op c1) op c2 == x op (c1 op c2): each is associative.
+      if (a.kind() == kind && is_constant(b)) {
+        const auto* inner = static_cast<const BinaryNode*>(a.get());
+        if (is_constant(inner->b)) return make(kind, {inner->a, make(kind, {inner->b, b})});
+      }
+      return e;
+    }
+
+    case ExprKind::Shl:
+    case ExprKind::Shr:
+      // A shift by 0 changes nothing; 0 shifted either way, and -1 shifted right (its sign
+      // fills in), stay themselves for every count.
+      if (is_int(b, 0) || is_int(a, 0)) return a;
+      if (kind == ExprKind::Shr && is_int(a, -1)) return a;
+      return e;
+
     default:
       return e;
   }
@@ -332,6 +363,10 @@ Expr simplify_unary(const Expr& e) {
           return make(*negation, {comparison->a, comparison->b});
         }
       }
+      return e;
+    case ExprKind::BitNot:
+      // ~~x == x: an involution.
+      if (const BitNot* inner = a.as<BitNot>()) return inner->a;
       return e;
     case ExprKind::ToInt:
       // int(float(b)) == int(b) for a Bool: float(b) is exactly 0.0 or 1.0.

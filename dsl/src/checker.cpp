@@ -87,6 +87,35 @@ std::optional<Builtin> find_builtin(std::string_view name) {
   return std::nullopt;
 }
 
+// What an operator takes: `&&` bools, `+` numbers, `&` ints.
+enum class Operand : uint8_t { Bool, Number, Int };
+
+bool is_bitwise(BinaryOp op) {
+  return op == BinaryOp::BitAnd || op == BinaryOp::BitOr || op == BinaryOp::BitXor ||
+         op == BinaryOp::Shl || op == BinaryOp::Shr;
+}
+
+bool is_comparison(BinaryOp op) {
+  return op == BinaryOp::Lt || op == BinaryOp::Le || op == BinaryOp::Gt || op == BinaryOp::Ge ||
+         op == BinaryOp::Eq || op == BinaryOp::Ne;
+}
+
+// For a bool where a number was expected: when it is a comparison with `&` or `|` as an
+// operand, `q > 0 & kv > 0` was probably meant as `&&` (the bitwise operators bind tighter than
+// comparisons, as in Python, so that reads `(q > (0 & kv)) > 0`).
+std::string precedence_hint(const Expr& operand) {
+  if (operand.kind != Expr::Kind::Binary || !is_comparison(operand.binary_op)) return "";
+  for (const ExprPtr& side : operand.args) {
+    if (side->kind != Expr::Kind::Binary) continue;
+    if (side->binary_op == BinaryOp::BitAnd || side->binary_op == BinaryOp::BitOr) {
+      const char* op = op_spelling(side->binary_op);
+      return fmt::format(" ('{}' binds tighter than comparisons: did you mean '{}{}'?)", op, op,
+                         op);
+    }
+  }
+  return "";
+}
+
 std::string quote_type(Type type) {
   return quote(type_name(type));
 }
@@ -190,7 +219,7 @@ class Checker {
   Folded check_index(Expr& expr);
   std::string what_name_is(std::string_view name) const;
   Folded check_reduce(Expr& expr);
-  bool expect_operand(const Expr& operand, bool want_bool, const char* op);
+  bool expect_operand(const Expr& operand, Operand want, const char* op);
   Folded not_constant(const Expr& expr);
   const Expr* find_local(std::string_view name) const;
   int find_decl(std::string_view name) const;
@@ -590,14 +619,37 @@ Folded Checker::check_name(Expr& expr) {
   return Folded::unknown();
 }
 
-// Reports `operand` unless it is a bool (`want_bool`) or a number. An operand of type Error
-// was reported where it went wrong; it only makes the enclosing expression an Error too.
-bool Checker::expect_operand(const Expr& operand, bool want_bool, const char* op) {
-  if (want_bool ? operand.type == Type::Bool : is_number(operand.type)) return true;
-  if (operand.type != Type::Error) {
-    error(operand.span, fmt::format("operator '{}' expects {}, found {}", op,
-                                    want_bool ? "'bool'" : "a number", quote_type(operand.type)));
+// Reports `operand` unless it is what the operator takes. An operand of type Error was
+// reported where it went wrong; it only makes the enclosing expression an Error too.
+bool Checker::expect_operand(const Expr& operand, Operand want, const char* op) {
+  switch (want) {
+    case Operand::Bool:
+      if (operand.type == Type::Bool) return true;
+      break;
+    case Operand::Number:
+      if (is_number(operand.type)) return true;
+      break;
+    case Operand::Int:
+      if (operand.type == Type::Int) return true;
+      break;
   }
+  if (operand.type == Type::Error) return false;
+  const char* wanted = want == Operand::Bool  ? "'bool'"
+                       : want == Operand::Int ? "'int'"
+                                              : "a number";
+  std::string hint;
+  if (want == Operand::Int && operand.type == Type::Bool) {
+    // The boolean counterparts of the bitwise operators.
+    const std::string_view spelling = op;
+    if (spelling == "&" || spelling == "|")
+      hint = fmt::format(" (use '{}{}' for booleans)", op, op);
+    if (spelling == "^") hint = " (use '!=' for booleans)";
+    if (spelling == "~") hint = " (use '!' for booleans)";
+  } else if (operand.type == Type::Bool) {
+    hint = precedence_hint(operand);
+  }
+  error(operand.span, fmt::format("operator '{}' expects {}, found {}{}", op, wanted,
+                                  quote_type(operand.type), hint));
   return false;
 }
 
@@ -605,9 +657,11 @@ Folded Checker::check_unary(Expr& expr) {
   Expr& operand = *expr.args[0];
   bool negated_literal = expr.unary_op == UnaryOp::Neg && operand.kind == Expr::Kind::IntLit;
   Folded folded = negated_literal ? check_int_literal(operand, true) : check_expr(operand);
-  bool is_not = expr.unary_op == UnaryOp::Not;
+  const Operand want = expr.unary_op == UnaryOp::Not      ? Operand::Bool
+                       : expr.unary_op == UnaryOp::BitNot ? Operand::Int
+                                                          : Operand::Number;
   expr.type = Type::Error;
-  if (!expect_operand(operand, is_not, op_spelling(expr.unary_op))) return Folded::unknown();
+  if (!expect_operand(operand, want, op_spelling(expr.unary_op))) return Folded::unknown();
   expr.type = operand.type;
   if (!folded.is_known()) return folded;
   return Folded::known(fold_unary(expr.unary_op, folded.value));
@@ -626,16 +680,28 @@ Folded Checker::check_binary(Expr& expr) {
     // == and != compare two numbers or two bools.
     if (lhs.type == Type::Error || rhs.type == Type::Error) return Folded::unknown();
     if (!common_type(lhs.type, rhs.type)) {
-      error(expr.span, fmt::format("operator '{}' cannot compare {} with {}", op,
-                                   quote_type(lhs.type), quote_type(rhs.type)));
+      const Expr& boolean = lhs.type == Type::Bool ? lhs : rhs;
+      error(expr.span,
+            fmt::format("operator '{}' cannot compare {} with {}{}", op, quote_type(lhs.type),
+                        quote_type(rhs.type), precedence_hint(boolean)));
       return Folded::unknown();
     }
   } else {
-    bool lhs_ok = expect_operand(lhs, logical, op);
-    bool rhs_ok = expect_operand(rhs, logical, op);
+    const Operand want = logical                      ? Operand::Bool
+                         : is_bitwise(expr.binary_op) ? Operand::Int
+                                                      : Operand::Number;
+    bool lhs_ok = expect_operand(lhs, want, op);
+    bool rhs_ok = expect_operand(rhs, want, op);
     if (!lhs_ok || !rhs_ok) return Folded::unknown();
   }
   switch (expr.binary_op) {
+    case BinaryOp::BitAnd:
+    case BinaryOp::BitOr:
+    case BinaryOp::BitXor:
+    case BinaryOp::Shl:
+    case BinaryOp::Shr:
+      expr.type = Type::Int;
+      break;
     case BinaryOp::Add:
     case BinaryOp::Sub:
     case BinaryOp::Mul:

@@ -20,6 +20,7 @@ Constant constant_of(ops::Typing typing, bool floats, Result result) {
     case ops::Typing::Logic:
       return Constant::of_bool(result != 0);
     case ops::Typing::ToInt:
+    case ops::Typing::Bitwise:
       return Constant::of_int(static_cast<int32_t>(result));
     case ops::Typing::ToFloat:
     case ops::Typing::Math:

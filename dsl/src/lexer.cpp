@@ -15,10 +15,10 @@ constexpr std::array<std::string_view, 13> kKeywords = {
     "param", "const", "mask", "score", "variant", "with", "true",
     "false", "int",   "bool", "float", "any",     "all"};
 
-// Longest first, so that "<=" is not read as "<" then "=".
-constexpr std::array<std::string_view, 22> kPuncts = {"<=", ">=", "==", "!=", "&&", "||", "+", "-",
-                                                      "*",  "/",  "%",  "<",  ">",  "!",  "?", "(",
-                                                      ")",  "[",  "]",  ",",  ":",  "="};
+// Longest first, so that "<=" is not read as "<" then "=", nor "&&" as "&" then "&".
+constexpr std::array<std::string_view, 28> kPuncts = {
+    "<=", ">=", "==", "!=", "&&", "||", "<<", ">>", "+", "-", "*", "/", "%", "<",
+    ">",  "!",  "&",  "|",  "^",  "~",  "?",  "(",  ")", "[", "]", ",", ":", "="};
 
 bool is_digit(char c) {
   return c >= '0' && c <= '9';
@@ -136,10 +136,7 @@ std::vector<Token> tokenize(const Source& source, std::vector<Diagnostic>& diagn
       error(begin, i, "unexpected character " + quote(text.substr(begin, i - begin)));
     } else {
       ++i;
-      std::string message = "unexpected character " + quote(text.substr(begin, 1));
-      if (c == '&') message += " (did you mean '&&'?)";
-      if (c == '|') message += " (did you mean '||'?)";
-      error(begin, i, std::move(message));
+      error(begin, i, "unexpected character " + quote(text.substr(begin, 1)));
     }
   }
 

@@ -108,6 +108,10 @@ class Parser {
   ExprPtr and_expr();
   ExprPtr equality();
   ExprPtr relational();
+  ExprPtr bit_or();
+  ExprPtr bit_xor();
+  ExprPtr bit_and();
+  ExprPtr shift();
   ExprPtr additive();
   ExprPtr multiplicative();
   ExprPtr binary_chain(ExprPtr (Parser::*operand)(), std::initializer_list<BinaryOp> ops);
@@ -479,9 +483,30 @@ ExprPtr Parser::equality() {
   return binary_chain(&Parser::relational, {BinaryOp::Eq, BinaryOp::Ne});
 }
 
-// relational = additive (("<" | "<=" | ">" | ">=") additive)*
+// relational = bit_or (("<" | "<=" | ">" | ">=") bit_or)*
 ExprPtr Parser::relational() {
-  return binary_chain(&Parser::additive, {BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge});
+  return binary_chain(&Parser::bit_or, {BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge});
+}
+
+// bit_or = bit_xor ("|" bit_xor)*
+// The bitwise operators bind as in Python: tighter than comparisons, looser than arithmetic.
+ExprPtr Parser::bit_or() {
+  return binary_chain(&Parser::bit_xor, {BinaryOp::BitOr});
+}
+
+// bit_xor = bit_and ("^" bit_and)*
+ExprPtr Parser::bit_xor() {
+  return binary_chain(&Parser::bit_and, {BinaryOp::BitXor});
+}
+
+// bit_and = shift ("&" shift)*
+ExprPtr Parser::bit_and() {
+  return binary_chain(&Parser::shift, {BinaryOp::BitAnd});
+}
+
+// shift = additive (("<<" | ">>") additive)*
+ExprPtr Parser::shift() {
+  return binary_chain(&Parser::additive, {BinaryOp::Shl, BinaryOp::Shr});
 }
 
 // additive = multiplicative (("+" | "-") multiplicative)*
@@ -518,9 +543,9 @@ ExprPtr Parser::binary_chain(ExprPtr (Parser::*operand)(), std::initializer_list
   return lhs;
 }
 
-// unary = ("-" | "!") unary | primary
+// unary = ("-" | "!" | "~") unary | primary
 ExprPtr Parser::unary() {
-  if (!at("-") && !at("!")) return primary();
+  if (!at("-") && !at("!") && !at("~")) return primary();
   Token op_token = advance();
   skip_newlines();
   if (!enter_level(op_token)) return nullptr;
@@ -528,7 +553,8 @@ ExprPtr Parser::unary() {
   if (!operand) return nullptr;
   --levels_;
   ExprPtr node = make_expr(Expr::Kind::Unary, cover(op_token.span, operand->span));
-  node->unary_op = text_of(op_token) == "-" ? UnaryOp::Neg : UnaryOp::Not;
+  const std::string_view op = text_of(op_token);
+  node->unary_op = op == "-" ? UnaryOp::Neg : op == "!" ? UnaryOp::Not : UnaryOp::BitNot;
   int depth = 1 + take_depth(operand.get());
   node->args.push_back(std::move(operand));
   return with_depth(std::move(node), depth, op_token);

@@ -189,6 +189,34 @@ TEST_CASE("division by a positive constant calls the constant-divisor helpers", 
   CHECK_THAT(negative, Catch::Contains("fj::floormod(q, -4)"));
 }
 
+TEST_CASE("bitwise operators are written as C++ operators, shifts through fj_ops", "[emit]") {
+  // (bits[q, kv / 32] >> (kv % 32)) & 1 == 1, with ~, | and ^ beside it: &, |, ^ and ~ are
+  // total on int, written as they are; << and >> call fj::shl / fj::shr, which define every
+  // count (a C++ shift by 32 or a negative count is undefined).
+  const Expr word =
+      ir::Load::make(ir::Type::Int, 0, "bits", 2, q(), ir::Div::make(kv(), ir::IntImm::make(32)));
+  const Expr bit = ir::BitAnd::make(ir::Shr::make(word, ir::Mod::make(kv(), ir::IntImm::make(32))),
+                                    ir::IntImm::make(1));
+  const Expr mask =
+      ir::Or::make(ir::EQ::make(bit, ir::IntImm::make(1)),
+                   ir::NE::make(ir::BitXor::make(ir::BitOr::make(ir::BitNot::make(q()), kv()),
+                                                 ir::Shl::make(h(), ir::IntImm::make(3))),
+                                ir::IntImm::make(0)));
+  const std::string code = emit_cuda_variant(variant_of("bits", mask), "Bits");
+  CHECK_THAT(code, Catch::Contains("fj::shr("));
+  CHECK_THAT(code, Catch::Contains("fj::shl(h, 3)"));
+  CHECK_THAT(code, Catch::Contains("(~q)"));
+  CHECK_THAT(code, Catch::Contains(" & 1)"));
+  CHECK_THAT(code, Catch::Contains(" ^ "));
+  CHECK_THAT(code, Catch::Contains(" | kv)"));
+  // On intervals, each calls its fj::ival function.
+  const std::string classify = hook(code, "classify");
+  for (const char* function : {"fj::ival::bit_and(", "fj::ival::shr(", "fj::ival::bit_not(",
+                               "fj::ival::bit_or(", "fj::ival::bit_xor(", "fj::ival::shl("}) {
+    CHECK_THAT(classify, Catch::Contains(function));
+  }
+}
+
 TEST_CASE("translation-invariant masks are marked diagonal", "[emit]") {
   const auto diagonal = [](const Expr& mask) {
     return emit_cuda_variant(variant_of("m", mask), "M")

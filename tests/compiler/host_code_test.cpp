@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -258,16 +259,47 @@ int64_t python_div(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? quotient - 1 : quotient;
 }
 
+// An int operation of q and kv and its exact result (in int64, then wrapped).
+struct IntOp {
+  const char* name;
+  ir::Expr e;
+  int64_t (*exact)(int64_t, int64_t);
+};
+
+// Param `want` (slot 0), which the masks compare each operation with.
+ir::Expr want_param() {
+  return ir::Param::make(ir::Type::Int, 0, "want");
+}
+
+// Each operation at every pair of `values`: the mask `op == want` must be true with the exact
+// value and false with any other, in host code (native or the evaluator).
+void check_int_ops(std::span<const IntOp> ops, std::span<const int32_t> values, bool native) {
+  for (const IntOp& op : ops) {
+    const auto code = compile(mask_variant(ir::EQ::make(op.e, want_param())), native);
+    for (const int32_t a : values) {
+      for (const int32_t b : values) {
+        fj::MaskParams params{};
+        params.scalar[0] = wrap(op.exact(a, b));
+        INFO(op.name << (native ? "" : " (evaluator)") << " with q " << a << ", kv " << b
+                     << ": want " << params.scalar[0]);
+        REQUIRE(code->mask(&params, 0, 0, a, b));
+        params.scalar[0] = wrap(int64_t{params.scalar[0]} + 1);
+        REQUIRE_FALSE(code->mask(&params, 0, 0, a, b));
+      }
+    }
+  }
+}
+
+// Whether operation `op` of q == a and kv == b gives `result` in host code.
+bool gives(ir::Expr op, int32_t a, int32_t b, int32_t result) {
+  const auto code = compile(mask_variant(ir::EQ::make(std::move(op), want_param())));
+  fj::MaskParams params{};
+  params.scalar[0] = result;
+  return code->mask(&params, 0, 0, a, b);
+}
+
 TEST_CASE("host code computes the integer operations exactly at the int32 edges", "[host_code]") {
-  // Each operation of q and kv is compared with param `want` (slot 0): the mask must be true
-  // with the right value and false with any other.
-  const ir::Expr want = ir::Param::make(ir::Type::Int, 0, "want");
-  struct Op {
-    const char* name;
-    ir::Expr e;
-    int64_t (*exact)(int64_t, int64_t);
-  };
-  const Op ops[] = {
+  const IntOp ops[] = {
       {"q + kv", ir::Add::make(q_var(), kv_var()), [](int64_t a, int64_t b) { return a + b; }},
       {"q - kv", ir::Sub::make(q_var(), kv_var()), [](int64_t a, int64_t b) { return a - b; }},
       {"q * kv", ir::Mul::make(q_var(), kv_var()), [](int64_t a, int64_t b) { return a * b; }},
@@ -288,35 +320,60 @@ TEST_CASE("host code computes the integer operations exactly at the int32 edges"
        [](int64_t a, int64_t) { return a - python_div(a, -3) * -3; }},
   };
   const int32_t values[] = {kMin, kMin + 1, -8193, -7, -2, -1, 0, 1, 2, 7, 8192, kMax - 1, kMax};
-  for (const Op& op : ops) {
-    const auto code = compile(mask_variant(ir::EQ::make(op.e, want)));
-    for (const int32_t a : values) {
-      for (const int32_t b : values) {
-        fj::MaskParams params{};
-        params.scalar[0] = wrap(op.exact(a, b));
-        INFO(op.name << " with q " << a << ", kv " << b << ": want " << params.scalar[0]);
-        REQUIRE(code->mask(&params, 0, 0, a, b));
-        params.scalar[0] = wrap(int64_t{params.scalar[0]} + 1);
-        REQUIRE_FALSE(code->mask(&params, 0, 0, a, b));
-      }
-    }
-  }
+  check_int_ops(ops, values, true);
   // The documented examples (§5.1).
-  fj::MaskParams params{};
-  const auto div = compile(mask_variant(ir::EQ::make(ir::Div::make(q_var(), kv_var()), want)));
-  const auto mod = compile(mask_variant(ir::EQ::make(ir::Mod::make(q_var(), kv_var()), want)));
-  const auto check = [&](const HostCode& code, int32_t a, int32_t b, int32_t result) {
-    params.scalar[0] = result;
-    CHECK(code.mask(&params, 0, 0, a, b));
+  const ir::Expr div = ir::Div::make(q_var(), kv_var());
+  const ir::Expr mod = ir::Mod::make(q_var(), kv_var());
+  CHECK(gives(div, -7, 2, -4));
+  CHECK(gives(div, 7, -2, -4));
+  CHECK(gives(div, 5, 0, 0));
+  CHECK(gives(div, kMin, -1, kMin));
+  CHECK(gives(mod, -7, 2, 1));
+  CHECK(gives(mod, 7, -2, -1));
+  CHECK(gives(mod, 5, 0, 0));
+  CHECK(gives(mod, kMin, -1, 0));
+}
+
+TEST_CASE("host code and the evaluator compute the bitwise operations at the int32 edges",
+          "[host_code]") {
+  // References from docs/language.md §5.1, in int64: &, |, ^ of sign-extended values are the
+  // sign-extended results; a shift by a count in [0, 31] is a product or a floor quotient by
+  // 2^count; any other count shifts every bit out (0, or the sign for >>).
+  const IntOp ops[] = {
+      {"q & kv", ir::BitAnd::make(q_var(), kv_var()), [](int64_t a, int64_t b) { return a & b; }},
+      {"q | kv", ir::BitOr::make(q_var(), kv_var()), [](int64_t a, int64_t b) { return a | b; }},
+      {"q ^ kv", ir::BitXor::make(q_var(), kv_var()), [](int64_t a, int64_t b) { return a ^ b; }},
+      {"~q", ir::BitNot::make(q_var()), [](int64_t a, int64_t) { return -a - 1; }},
+      {"q << kv", ir::Shl::make(q_var(), kv_var()),
+       [](int64_t a, int64_t b) { return b >= 0 && b <= 31 ? a * (int64_t{1} << b) : 0; }},
+      {"q >> kv", ir::Shr::make(q_var(), kv_var()),
+       [](int64_t a, int64_t b) {
+         return b >= 0 && b <= 31 ? python_div(a, int64_t{1} << b) : (a < 0 ? -1 : 0);
+       }},
+      {"q >> 31", ir::Shr::make(q_var(), ir::IntImm::make(31)),
+       [](int64_t a, int64_t) { return python_div(a, int64_t{1} << 31); }},
+      {"q << 32", ir::Shl::make(q_var(), ir::IntImm::make(32)),
+       [](int64_t, int64_t) { return int64_t{0}; }},
   };
-  check(*div, -7, 2, -4);
-  check(*div, 7, -2, -4);
-  check(*div, 5, 0, 0);
-  check(*div, kMin, -1, kMin);
-  check(*mod, -7, 2, 1);
-  check(*mod, 7, -2, -1);
-  check(*mod, 5, 0, 0);
-  check(*mod, kMin, -1, 0);
+  const int32_t values[] = {kMin, kMin + 1, -8193, -33, -32, -7, -2, -1,   0,        1,
+                            2,    7,        30,    31,  32,  33, 64, 8192, kMax - 1, kMax};
+  check_int_ops(ops, values, true);
+  check_int_ops(ops, values, false);
+  // The documented examples (§5.1).
+  const ir::Expr shl = ir::Shl::make(q_var(), kv_var());
+  const ir::Expr shr = ir::Shr::make(q_var(), kv_var());
+  CHECK(gives(shl, 1, 31, kMin));
+  CHECK(gives(shl, 3, 31, kMin));
+  CHECK(gives(shl, 1, 32, 0));
+  CHECK(gives(shl, 1, -1, 0));
+  CHECK(gives(shl, -1, kMin, 0));
+  CHECK(gives(shr, -7, 1, -4));
+  CHECK(gives(shr, kMin, 31, -1));
+  CHECK(gives(shr, kMin, 32, -1));
+  CHECK(gives(shr, kMax, 32, 0));
+  CHECK(gives(shr, -5, -1, -1));
+  CHECK(gives(shr, 5, -1, 0));
+  CHECK(gives(shr, 5, kMin, 0));
 }
 
 TEST_CASE("host code computes the float operations as the language defines them", "[host_code]") {

@@ -78,6 +78,7 @@ constexpr ExprKind kComparisons[] = {ExprKind::EQ, ExprKind::NE, ExprKind::LT,
                                      ExprKind::LE, ExprKind::GT, ExprKind::GE};
 constexpr ExprKind kArithmetic[] = {ExprKind::Add, ExprKind::Sub, ExprKind::Mul, ExprKind::Div,
                                     ExprKind::Mod, ExprKind::Min, ExprKind::Max};
+constexpr ExprKind kBitwise[] = {ExprKind::BitAnd, ExprKind::BitOr, ExprKind::BitXor};
 
 Expr operation(ExprKind kind, Expr a, Expr b) {
   const Expr operands[] = {std::move(a), std::move(b)};
@@ -159,7 +160,10 @@ Expr RandomExpr::select(Type type, int depth) {
 
 Expr RandomExpr::integer(int depth) {
   if (depth == 0 || pick(5) == 0) return integer_leaf();
-  switch (pick(14)) {
+  // Cases 6 to 9, the bitwise ones, are drawn only with options_.bitwise.
+  int choice = pick(options_.bitwise ? 18 : 14);
+  if (!options_.bitwise && choice >= 6) choice += 4;
+  switch (choice) {
     case 0:
       return ir::Abs::make(make(Type::Int, depth - 1));
     case 1:
@@ -175,6 +179,22 @@ Expr RandomExpr::integer(int depth) {
     case 5: {  // an int plus or minus a constant, for the offset rules
       Expr a = make(Type::Int, depth - 1);
       return operation(pick(2) ? ExprKind::Add : ExprKind::Sub, std::move(a), integer_constant());
+    }
+    case 6:
+      return binary(kBitwise[pick(3)], Type::Int, depth - 1);
+    case 7:
+      return ir::BitNot::make(make(Type::Int, depth - 1));
+    case 8: {  // a shift, by any int or by a count at or beyond the edges of [0, 31]
+      static constexpr int32_t kCounts[] = {-1, 0, 1, 5, 30, 31, 32, 33, kMin, kMax};
+      Expr a = make(Type::Int, depth - 1);
+      Expr count = pick(2) ? make(Type::Int, depth - 1) : num(kCounts[pick(10)]);
+      return operation(pick(2) ? ExprKind::Shl : ExprKind::Shr, std::move(a), std::move(count));
+    }
+    case 9: {  // a bit of a word, as bit-packed masks read it: (x >> (kv % 32)) & 1
+      Expr a = make(Type::Int, depth - 1);
+      Expr count = operation(ExprKind::Mod, pick(2) ? kv() : make(Type::Int, depth - 1), num(32));
+      return operation(ExprKind::BitAnd, operation(ExprKind::Shr, std::move(a), std::move(count)),
+                       num(pick(2) ? 1 : 1 + pick(255)));
     }
     default:
       return binary(kArithmetic[pick(7)], Type::Int, depth - 1);

@@ -80,6 +80,9 @@ struct RandomExprOptions {
   std::vector<ArrayDecl> arrays;
   bool score = true;    // Var(Score) may appear (score bodies); mask bodies never see it
   int mask_shapes = 0;  // out of 8: how often a Bool is built as one of the mask shapes
+  // Ints may be bitwise operations and shifts. Off, the generator draws what it drew before
+  // they existed, seed for seed (a baseline recorded by seed, as the cliffs test's, stays valid).
+  bool bitwise = true;
 };
 
 // The parameters random masks read (window, p, t, c, chunk; doc[b, kv], pos[kv], fdoc[b, kv],

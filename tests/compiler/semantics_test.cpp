@@ -2,11 +2,13 @@
 // interval operation, int and float, against brute force.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -214,7 +216,15 @@ ir::IntervalValue of_floats(fj::FloatInterval floats) {
   return value;
 }
 
-TEST_CASE("every int interval operation is sound and, except Mod, tight", "[semantics][interval]") {
+// The interval operations that may be wider than their operands' values reach: modulo across
+// periods, and &, |, ^, bounded by sign and bit width only.
+bool may_be_loose(ir::ExprKind kind) {
+  return kind == ir::ExprKind::Mod || kind == ir::ExprKind::BitAnd || kind == ir::ExprKind::BitOr ||
+         kind == ir::ExprKind::BitXor;
+}
+
+TEST_CASE("every int interval operation is sound and, except Mod, &, | and ^, tight",
+          "[semantics][interval]") {
   std::mt19937 rng(11);
   int checked_ops = 0;
   for (const ir::ExprKind kind : all_kinds()) {
@@ -260,14 +270,105 @@ TEST_CASE("every int interval operation is sound and, except Mod, tight", "[sema
         }
         // Bounds are attained unless the operation had to widen for wrap-around.
         const bool widened = result.lo == kMin && result.hi == kMax;
-        if (kind != ir::ExprKind::Mod && !widened) {
+        if (!may_be_loose(kind) && !widened) {
           REQUIRE(seen_lo == result.lo);
           REQUIRE(seen_hi == result.hi);
         }
       }
     }
   }
-  CHECK(checked_ops == 23);  // 19 operations; EQ, NE and Select also on Bool; int(bool)
+  CHECK(checked_ops == 29);  // 25 operations; EQ, NE and Select also on Bool; int(bool)
+}
+
+TEST_CASE(
+    "bitwise operations and shifts follow two's complement, counts outside [0, 31] shift "
+    "every bit out",
+    "[semantics]") {
+  // Against C++20's modular conversions and arithmetic >> on int64 (not fj_ops.cuh).
+  const int32_t values[] = {kMin, kMin + 1, -65536, -33, -8,    -1,       0,   1,
+                            5,    31,       32,     33,  65535, kMax - 1, kMax};
+  for (const int32_t a : values) {
+    for (const int32_t n : values) {
+      INFO(a << " and " << n);
+      const bool in_range = n >= 0 && n <= 31;
+      CHECK(fj::shl(a, n) == (in_range ? wrap(int64_t{a} * (int64_t{1} << n)) : 0));
+      CHECK(fj::shr(a, n) == (in_range ? static_cast<int32_t>(int64_t{a} >> n) : (a < 0 ? -1 : 0)));
+      const ir::Type ints[] = {ir::Type::Int, ir::Type::Int};
+      const ir::Value operands[] = {ir::Value::of_int(a), ir::Value::of_int(n)};
+      CHECK(ir::apply_operation(ir::ExprKind::BitAnd, ints, operands).i == wrap(int64_t{a} & n));
+      CHECK(ir::apply_operation(ir::ExprKind::BitOr, ints, operands).i == wrap(int64_t{a} | n));
+      CHECK(ir::apply_operation(ir::ExprKind::BitXor, ints, operands).i == wrap(int64_t{a} ^ n));
+    }
+    const ir::Type int_type[] = {ir::Type::Int};
+    const ir::Value operand[] = {ir::Value::of_int(a)};
+    CHECK(ir::apply_operation(ir::ExprKind::BitNot, int_type, operand).i == wrap(-int64_t{a} - 1));
+  }
+  // The documented examples (docs/language.md §5.1).
+  CHECK(fj::shr(-7, 1) == -4);
+  CHECK(fj::shl(1, 31) == kMin);
+  CHECK(fj::shl(1, 32) == 0);
+  CHECK(fj::shl(1, -1) == 0);
+  CHECK(fj::shr(-5, 32) == -1);
+  CHECK(fj::shr(-5, -1) == -1);
+  CHECK(fj::shr(5, 100) == 0);
+  CHECK(fj::shr(kMin, 31) == -1);
+}
+
+TEST_CASE("bitwise interval operations are sound over wide operands and every shift count",
+          "[semantics][interval]") {
+  std::mt19937 rng(29);
+  // An interval of up to 40 values anywhere in int32, most often near 0, a power of two or an
+  // end of the range; counts for shifts mostly around [0, 31]'s edges.
+  const auto wide = [&](bool count) {
+    static constexpr int64_t kCenters[] = {0, 31, 32, 255, 256, -256, 65536, -65536, kMin, kMax};
+    const int64_t width = std::uniform_int_distribution<int>(0, 39)(rng);
+    const int64_t center = count ? std::uniform_int_distribution<int>(-3, 34)(rng)
+                                 : kCenters[std::uniform_int_distribution<int>(0, 9)(rng)] +
+                                       std::uniform_int_distribution<int>(-20, 20)(rng);
+    const int64_t lo = std::clamp<int64_t>(center - width / 2, kMin, int64_t{kMax} - width);
+    return fj::Interval::range(lo, lo + width);
+  };
+  const ir::ExprKind kinds[] = {ir::ExprKind::BitAnd, ir::ExprKind::BitOr, ir::ExprKind::BitXor,
+                                ir::ExprKind::Shl,    ir::ExprKind::Shr,   ir::ExprKind::BitNot};
+  const ir::Type ints[] = {ir::Type::Int, ir::Type::Int};
+  for (const ir::ExprKind kind : kinds) {
+    const bool shift = kind == ir::ExprKind::Shl || kind == ir::ExprKind::Shr;
+    const int count = ir::operand_count(kind);
+    for (int trial = 0; trial < 2000; ++trial) {
+      const ir::IntervalValue inputs[] = {of_ints(wide(false)), of_ints(wide(shift))};
+      const fj::Interval result =
+          ir::apply_operation(kind, std::span(ints, count), std::span(inputs, count)).ints;
+      REQUIRE(result.lo >= kMin);
+      REQUIRE(result.hi <= kMax);
+      for (int64_t a = inputs[0].ints.lo; a <= inputs[0].ints.hi; ++a) {
+        for (int64_t b = inputs[1].ints.lo; b <= inputs[1].ints.hi; ++b) {
+          const ir::Value values[] = {ir::Value::of_int(static_cast<int32_t>(a)),
+                                      ir::Value::of_int(static_cast<int32_t>(b))};
+          const int32_t value =
+              ir::apply_operation(kind, std::span(ints, count), std::span(values, count)).i;
+          INFO(ir::kind_name(kind) << " at " << a << ", " << b << " value " << value
+                                   << " interval [" << result.lo << ", " << result.hi << "]");
+          REQUIRE(result.contains(value));
+        }
+      }
+    }
+  }
+  // A non-negative mask bounds an and: x & m in [0, m]; a constant shift of a range is exact.
+  const auto ival = [](int64_t lo, int64_t hi) { return fj::Interval::range(lo, hi); };
+  const fj::Interval anything = fj::Interval::everything();
+  CHECK(fj::ival::bit_and(anything, fj::Interval::point(1)).lo == 0);
+  CHECK(fj::ival::bit_and(anything, fj::Interval::point(1)).hi == 1);
+  CHECK(fj::ival::bit_and(anything, ival(0, 31)).hi == 31);
+  CHECK(fj::ival::shr(ival(0, 1023), fj::Interval::point(5)).hi == 31);
+  CHECK(fj::ival::shr(ival(-64, 63), fj::Interval::point(5)).lo == -2);
+  CHECK(fj::ival::shl(ival(1, 3), fj::Interval::point(4)).lo == 16);
+  CHECK(fj::ival::shl(ival(1, 3), fj::Interval::point(4)).hi == 48);
+  // Wrapping past INT_MAX widens; counts that may leave [0, 31] add 0 (or the sign).
+  CHECK(fj::ival::shl(ival(1, 3), fj::Interval::point(31)).lo == kMin);
+  CHECK(fj::ival::shl(ival(1, 3), ival(30, 32)).lo <= 0);
+  CHECK(fj::ival::shr(ival(-5, 5), ival(-1, 0)).lo == -5);
+  CHECK(fj::ival::bit_not(ival(-3, 7)).lo == -8);
+  CHECK(fj::ival::bit_not(ival(-3, 7)).hi == 2);
 }
 
 TEST_CASE("interval modulo is exact within one period of a constant divisor", "[interval]") {

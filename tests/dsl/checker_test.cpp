@@ -805,9 +805,9 @@ TEST_CASE("syntax errors", "[dsl][checker]") {
 }
 
 TEST_CASE("a byte the lexer rejects costs one error, not a cascade", "[dsl][checker]") {
-  CHECK(diagnose("param w: int\nmask m = q & kv\nmask n = q @\nmask k = n && m && q - kv < w\n") ==
-        "t.mask:2:12: error: unexpected character '&' (did you mean '&&'?)\n"
-        "mask m = q & kv\n"
+  CHECK(diagnose("param w: int\nmask m = q $ kv\nmask n = q @\nmask k = n && m && q - kv < w\n") ==
+        "t.mask:2:12: error: unexpected character '$'\n"
+        "mask m = q $ kv\n"
         "           ^\n"
         "t.mask:3:12: error: unexpected character '@'\n"
         "mask n = q @\n"
@@ -852,4 +852,61 @@ TEST_CASE("one run reports every error", "[dsl][checker]") {
         "t.mask:9:13: error: 's' is a score, not a mask\n"
         "variant v = s\n"
         "            ^\n");
+}
+
+TEST_CASE("the bitwise operators take ints and give an int", "[dsl][checker]") {
+  const Module module = checked(
+      "param w: int\n"
+      "mask m = (q & w) + (q | 1) + (q ^ kv) + ~q + (1 << kv) + (q >> 3) > 0\n");
+  CHECK(module.decls[1].value->type == Type::Bool);
+  CHECK(messages("mask m = (q > 0) & (kv > 0)\n") ==
+        "operator '&' expects 'int', found 'bool' (use '&&' for booleans)\n"
+        "operator '&' expects 'int', found 'bool' (use '&&' for booleans)\n");
+  CHECK(messages("mask m = ((q > 0) | true) == true\n") ==
+        "operator '|' expects 'int', found 'bool' (use '||' for booleans)\n"
+        "operator '|' expects 'int', found 'bool' (use '||' for booleans)\n");
+  CHECK(messages("mask m = ((q > 0) ^ true) == true\n") ==
+        "operator '^' expects 'int', found 'bool' (use '!=' for booleans)\n"
+        "operator '^' expects 'int', found 'bool' (use '!=' for booleans)\n");
+  CHECK(messages("mask m = ~(q > 0) == true\n") ==
+        "operator '~' expects 'int', found 'bool' (use '!' for booleans)\n");
+  // No promotion: a float is an error, not converted.
+  CHECK(messages("mask m = (q & 1.0) > 0\n") == "operator '&' expects 'int', found 'float'\n");
+  CHECK(messages("score s = float(q << 2.0) + score\n") ==
+        "operator '<<' expects 'int', found 'float'\n");
+  CHECK(messages("score s = float(~score)\n") == "operator '~' expects 'int', found 'float'\n");
+}
+
+TEST_CASE("& and | between comparisons get a hint about precedence", "[dsl][checker]") {
+  CHECK(diagnose("mask m = q > 0 & kv > 0\n") ==
+        "t.mask:1:10: error: operator '>' expects a number, found 'bool' ('&' binds tighter than "
+        "comparisons: did you mean '&&'?)\n"
+        "mask m = q > 0 & kv > 0\n"
+        "         ^~~~~~~~~~\n");
+  CHECK(messages("mask m = q == 0 | kv == 1\n") ==
+        "operator '==' cannot compare 'bool' with 'int' ('|' binds tighter than comparisons: did "
+        "you mean '||'?)\n");
+  // Written as meant, the same masks check.
+  checked("mask m = q > 0 && kv > 0 || (q & 1) == 0 && q & 1 == 0\n");
+}
+
+TEST_CASE("constant bitwise operations fold with the language's semantics", "[dsl][checker]") {
+  // Consts are folded by the checker: a wrong value fails the division-by-zero check below
+  // (a divisor that folds to 0 is an error), a right one leaves no diagnostic.
+  const auto zero = [](const std::string& value) {
+    return messages("const z: int = " + value + "\nmask m = q / z == 0\n") ==
+           "constant division by zero\n";
+  };
+  CHECK(zero("(12 & 10) - 8"));
+  CHECK(zero("(12 | 10) - 14"));
+  CHECK(zero("(12 ^ 10) - 6"));
+  CHECK(zero("~5 + 6"));
+  CHECK(zero("(-7 >> 1) + 4"));              // arithmetic: floor(-7 / 2)
+  CHECK(zero("(1 << 31) - (-2147483648)"));  // wraps to INT_MIN
+  CHECK(zero("1 << 32"));                    // counts outside [0, 31]: 0 ...
+  CHECK(zero("1 << -1"));
+  CHECK(zero("(-5 >> 32) + 1"));  // ... or the sign
+  CHECK(zero("(-5 >> -1) + 1"));
+  CHECK(zero("5 >> 40"));
+  CHECK(!zero("(12 & 10) - 9"));
 }

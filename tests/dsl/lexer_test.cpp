@@ -17,6 +17,13 @@ struct Lexed {
   std::string_view text_of(size_t i) const {
     return std::string_view(text).substr(tokens[i].span.offset, tokens[i].span.length);
   }
+  // Every token's text but the end's.
+  std::vector<std::string_view> texts() const {
+    std::vector<std::string_view> all;
+    for (size_t i = 0; i + 1 < tokens.size(); ++i)
+      all.push_back(text_of(i));
+    return all;
+  }
 };
 
 Lexed lex(std::string text) {
@@ -47,10 +54,14 @@ TEST_CASE("tokenize splits a declaration into kinds and byte ranges", "[dsl][lex
 TEST_CASE("two-byte operators are read longest first", "[dsl][lexer]") {
   Lexed lexed = lex("<=>=!===&&||<>!=");
   REQUIRE(lexed.diagnostics.empty());
-  std::vector<std::string_view> texts;
-  for (size_t i = 0; i + 1 < lexed.tokens.size(); ++i)
-    texts.push_back(lexed.text_of(i));
-  CHECK(texts == std::vector<std::string_view>{"<=", ">=", "!=", "==", "&&", "||", "<", ">", "!="});
+  CHECK(lexed.texts() ==
+        std::vector<std::string_view>{"<=", ">=", "!=", "==", "&&", "||", "<", ">", "!="});
+  // The bitwise operators, and three of a kind: the longest match first, then what is left.
+  Lexed bitwise = lex("a&b|c^~d<<e>>f&&&|||<<<>>>");
+  REQUIRE(bitwise.diagnostics.empty());
+  CHECK(bitwise.texts() == std::vector<std::string_view>{"a",  "&",  "b",  "|",  "c",  "^",  "~",
+                                                         "d",  "<<", "e",  ">>", "f",  "&&", "&",
+                                                         "||", "|",  "<<", "<",  ">>", ">"});
 }
 
 TEST_CASE("keywords are whole words", "[dsl][lexer]") {
@@ -124,11 +135,11 @@ TEST_CASE("a literal followed by letters is one bad literal", "[dsl][lexer]") {
 }
 
 TEST_CASE("bytes that start no token are reported and skipped", "[dsl][lexer]") {
-  Lexed lexed = lex(std::string("q @ & | \xe2\x80\x94 ;\0kv", 16));
+  Lexed lexed = lex(std::string("q @ $ ` \xe2\x80\x94 ;\0kv", 16));
   REQUIRE(lexed.diagnostics.size() == 6);
   CHECK(lexed.diagnostics[0].message == "unexpected character '@'");
-  CHECK(lexed.diagnostics[1].message == "unexpected character '&' (did you mean '&&'?)");
-  CHECK(lexed.diagnostics[2].message == "unexpected character '|' (did you mean '||'?)");
+  CHECK(lexed.diagnostics[1].message == "unexpected character '$'");
+  CHECK(lexed.diagnostics[2].message == "unexpected character '`'");
   // A UTF-8 character is one mistake, not three.
   CHECK(lexed.diagnostics[3].message == "unexpected character '\\xe2\\x80\\x94'");
   CHECK(lexed.diagnostics[3].span.length == 3);

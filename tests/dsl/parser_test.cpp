@@ -128,6 +128,24 @@ TEST_CASE("operators bind by precedence and associate to the left", "[dsl][parse
   CHECK(parse_body("f() || true || false") == "(|| (|| (f) true) false)");
 }
 
+TEST_CASE("bitwise operators bind as in Python", "[dsl][parser]") {
+  // Below arithmetic, above comparisons; & above ^ above |; shifts above &.
+  CHECK(parse_body("a | b ^ c & d << e + f") == "(| a (^ b (& c (<< d (+ e f)))))");
+  CHECK(parse_body("a + b >> c - d") == "(>> (+ a b) (- c d))");
+  CHECK(parse_body("a & b | c & d") == "(| (& a b) (& c d))");
+  CHECK(parse_body("x & 1 == 1") == "(== (& x 1) 1)");
+  CHECK(parse_body("a < b | c") == "(< a (| b c))");
+  CHECK(parse_body("a && b & c || d | e") == "(|| (&& a (& b c)) (| d e))");
+  CHECK(parse_body("a << b << c >> d") == "(>> (<< (<< a b) c) d)");
+  CHECK(parse_body("~a & ~-b") == "(& (~ a) (~ (- b)))");
+  CHECK(parse_body("-~!a") == "(- (~ (! a)))");
+  CHECK(parse_body("(bits[q, kv / 32] >> (kv % 32)) & 1 == 1") ==
+        "(== (& (>> ([] bits q (/ kv 32)) (% kv 32)) 1) 1)");
+  // A newline continues after each of them.
+  CHECK(parse_body("a &\n b |\n c ^\n d <<\n e >>\n ~\n f") ==
+        "(| (& a b) (^ c (>> (<< d e) (~ f))))");
+}
+
 TEST_CASE("a newline continues after an operator or inside parentheses", "[dsl][parser]") {
   CHECK(parse_body("q >=\n   kv") == "(>= q kv)");
   CHECK(parse_body("\n\n  q >= kv") == "(>= q kv)");

@@ -189,6 +189,18 @@ class Scalar:
 
     __rxor__ = __xor__
 
+    def __lshift__(self, o):
+        return Scalar(self.v << _unwrap(o))
+
+    def __rlshift__(self, o):
+        return Scalar(_unwrap(o) << self.v)
+
+    def __rshift__(self, o):
+        return Scalar(self.v >> _unwrap(o))
+
+    def __rrshift__(self, o):
+        return Scalar(_unwrap(o) >> self.v)
+
     def __invert__(self):
         return Scalar(not self.v) if isinstance(self.v, bool) else Scalar(~self.v)
 

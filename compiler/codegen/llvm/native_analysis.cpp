@@ -61,8 +61,16 @@ extern "C" {
 
 FLEXJIT_INT_BINARY(mul, fj::ival::mul)
 FLEXJIT_INT_BINARY(mod, fj::ival::mod)
+FLEXJIT_INT_BINARY(bit_and, fj::ival::bit_and)
+FLEXJIT_INT_BINARY(bit_or, fj::ival::bit_or)
+FLEXJIT_INT_BINARY(bit_xor, fj::ival::bit_xor)
+FLEXJIT_INT_BINARY(shl, fj::ival::shl)
+FLEXJIT_INT_BINARY(shr, fj::ival::shr)
 void flexjit_host_ival_abs(int64_t a_lo, int64_t a_hi, fj::Interval* out) {
   *out = fj::ival::abs(ints(a_lo, a_hi));
+}
+void flexjit_host_ival_bit_not(int64_t a_lo, int64_t a_hi, fj::Interval* out) {
+  *out = fj::ival::bit_not(ints(a_lo, a_hi));
 }
 void flexjit_host_ival_load_int(const fj::ArrayParam* array, int64_t row_lo, int64_t row_hi,
                                 int64_t col_lo, int64_t col_hi, fj::Interval* out) {
@@ -209,6 +217,18 @@ Wrapped wrapped(Opcode opcode) {
       return {"flexjit_host_ival_mod", Shape::IntBinary, false};
     case Opcode::AbsInt:
       return {"flexjit_host_ival_abs", Shape::IntUnary, false};
+    case Opcode::BitAnd:
+      return {"flexjit_host_ival_bit_and", Shape::IntBinary, false};
+    case Opcode::BitOr:
+      return {"flexjit_host_ival_bit_or", Shape::IntBinary, false};
+    case Opcode::BitXor:
+      return {"flexjit_host_ival_bit_xor", Shape::IntBinary, false};
+    case Opcode::BitNot:
+      return {"flexjit_host_ival_bit_not", Shape::IntUnary, false};
+    case Opcode::Shl:
+      return {"flexjit_host_ival_shl", Shape::IntBinary, false};
+    case Opcode::Shr:
+      return {"flexjit_host_ival_shr", Shape::IntBinary, false};
     case Opcode::LoadInt:
       return {"flexjit_host_ival_load_int", Shape::Load, false};
     case Opcode::LoadFloat:
@@ -908,6 +928,12 @@ std::vector<std::pair<const char*, llvm::JITTargetAddress>> analysis_functions()
       FLEXJIT_WRAPPER(flexjit_host_ival_mul),
       FLEXJIT_WRAPPER(flexjit_host_ival_mod),
       FLEXJIT_WRAPPER(flexjit_host_ival_abs),
+      FLEXJIT_WRAPPER(flexjit_host_ival_bit_and),
+      FLEXJIT_WRAPPER(flexjit_host_ival_bit_or),
+      FLEXJIT_WRAPPER(flexjit_host_ival_bit_xor),
+      FLEXJIT_WRAPPER(flexjit_host_ival_bit_not),
+      FLEXJIT_WRAPPER(flexjit_host_ival_shl),
+      FLEXJIT_WRAPPER(flexjit_host_ival_shr),
       FLEXJIT_WRAPPER(flexjit_host_ival_load_int),
       FLEXJIT_WRAPPER(flexjit_host_fival_add),
       FLEXJIT_WRAPPER(flexjit_host_fival_sub),

@@ -471,6 +471,26 @@ class RowWriter {
         return builder.CreateNot(v[0]);
       case ir::ExprKind::Select:
         return builder.CreateSelect(v[0], v[1], v[2]);
+      case ir::ExprKind::BitAnd:
+        return builder.CreateAnd(v[0], v[1]);
+      case ir::ExprKind::BitOr:
+        return builder.CreateOr(v[0], v[1]);
+      case ir::ExprKind::BitXor:
+        return builder.CreateXor(v[0], v[1]);
+      case ir::ExprKind::BitNot:
+        return builder.CreateNot(v[0]);
+      case ir::ExprKind::Shl: {
+        // fj::shl: counts outside [0, 31] give 0. LLVM's shl by 32 or more is poison, so the
+        // shift takes the count's low 5 bits and the select discards it for the others.
+        llvm::Value* in_range = builder.CreateICmpULT(v[1], builder.getInt32(32));
+        llvm::Value* shifted = builder.CreateShl(v[0], builder.CreateAnd(v[1], 31));
+        return builder.CreateSelect(in_range, shifted, zero);
+      }
+      case ir::ExprKind::Shr: {
+        // fj::shr: counts outside [0, 31] (unsigned: negatives too) shift by 31.
+        llvm::Value* in_range = builder.CreateICmpULT(v[1], builder.getInt32(32));
+        return builder.CreateAShr(v[0], builder.CreateSelect(in_range, v[1], builder.getInt32(31)));
+      }
       case ir::ExprKind::ToInt:  // of a Bool: 0 or 1 (of an Int, not built: itself)
         return operand_type == ir::Type::Bool ? builder.CreateZExt(v[0], i32_) : v[0];
       case ir::ExprKind::ToFloat:

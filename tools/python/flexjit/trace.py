@@ -51,7 +51,9 @@ def runtime(value):
 
 
 # Precedence levels of the language (docs/language.md#2-grammar), lowest first.
-_TERNARY, _OR, _AND, _EQ, _REL, _ADD, _MUL, _UNARY, _ATOM = range(1, 10)
+(_TERNARY, _OR, _AND, _EQ, _REL, _BIT_OR, _BIT_XOR, _BIT_AND, _SHIFT, _ADD, _MUL, _UNARY,
+ _ATOM) = range(1, 14)
+_BITWISE_PREC = {"|": _BIT_OR, "^": _BIT_XOR, "&": _BIT_AND, "<<": _SHIFT, ">>": _SHIFT}
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 _FLOAT32_MAX = 3.4028234663852886e38
 
@@ -199,35 +201,40 @@ class Value:
     def __ne__(self, other):
         return _compare("!=", self, other)
 
-    # Logic: & | ^ ~ on booleans (the language has no bitwise operators on integers).
+    # Bitwise: & | ^ ~ << >> on ints are the language's bitwise operators; & | ^ ~ of booleans
+    # are and, or, xor, not.
     def __and__(self, other):
-        return _logic("&", self, other)
+        return _bitwise("&", self, other)
 
     def __rand__(self, other):
-        return _logic("&", other, self)
+        return _bitwise("&", other, self)
 
     def __or__(self, other):
-        return _logic("|", self, other)
+        return _bitwise("|", self, other)
 
     def __ror__(self, other):
-        return _logic("|", other, self)
+        return _bitwise("|", other, self)
 
     def __xor__(self, other):
-        return _logic("^", self, other)
+        return _bitwise("^", self, other)
 
     def __rxor__(self, other):
-        return _logic("^", other, self)
+        return _bitwise("^", other, self)
 
     def __invert__(self):
-        if self.type != "bool":
-            _fail(f"bitwise ~ on an {self.type} value (the language has no bitwise operators; "
-                  f"on booleans ~ means not)")
-        return _unary("!", self)
+        return _invert(self)
 
     def __lshift__(self, other):
-        _fail("bitwise << (the language has no bitwise operators; multiply by a power of two)")
+        return _bitwise("<<", self, other)
 
-    __rlshift__ = __rshift__ = __rrshift__ = __lshift__
+    def __rlshift__(self, other):
+        return _bitwise("<<", other, self)
+
+    def __rshift__(self, other):
+        return _bitwise(">>", self, other)
+
+    def __rrshift__(self, other):
+        return _bitwise(">>", other, self)
 
     # torch-style methods.
     def abs(self):
@@ -460,7 +467,8 @@ def _pow(base, exponent):
 
 
 def _unary(op, a):
-    text = a.text if a.prec >= _UNARY and not a.text.startswith(("-", "!")) else f"({a.text})"
+    text = a.text if a.prec >= _UNARY and not a.text.startswith(("-", "!", "~")) else \
+        f"({a.text})"
     return Value(op + text, _UNARY, a.type)
 
 
@@ -472,12 +480,34 @@ def _compare(op, a, b):
     return _binary(op, a, b, _EQ if op in ("==", "!=") else _REL, "bool")
 
 
+def _bitwise(op, a, b):
+    """`& | ^ << >>` as Python and torch mean them: on two booleans `& | ^` are logic; otherwise
+    the language's bitwise operators on ints (a boolean taken as 0 or 1, as torch promotes it),
+    which compute in int32 (docs/language.md §5.1: shift counts outside [0, 31] give 0, or the
+    sign for >>, as torch.bitwise_left_shift / right_shift do on int32)."""
+    a, b = _as_value(a), _as_value(b)
+    if op in ("&", "|", "^") and a.type == "bool" and b.type == "bool":
+        return _logic(op, a, b)
+    for v in (a, b):
+        if v.type == "float":
+            _fail(f"bitwise {op} on a float value (the language's bitwise operators take ints)")
+    a, b = _number_of(a), _number_of(b)
+    return _binary(op, a, b, _BITWISE_PREC[op], "int")
+
+
+def _invert(a):
+    """`~`: not of a boolean, the bitwise complement of an int."""
+    a = _as_value(a)
+    if a.type == "float":
+        _fail("bitwise ~ on a float value (the language's bitwise operators take ints)")
+    return _unary("!" if a.type == "bool" else "~", a)
+
+
 def _logic(op, a, b):
     a, b = _as_value(a), _as_value(b)
     for v in (a, b):
         if v.type != "bool":
-            _fail(f"bitwise {op} on an {v.type} value (the language has no bitwise operators; on "
-                  f"booleans & | ^ mean and, or, xor)")
+            _fail(f"logical {op} on an {v.type} value")
     if op == "^":
         return _binary("!=", a, b, _EQ, "bool")
     identity = "true" if op == "&" else "false"  # and_masks/or_masks start from it
@@ -1201,8 +1231,14 @@ def _torch_table(torch):
                                ("lt", _cmp_op("<")), ("le", _cmp_op("<=")),
                                ("gt", _cmp_op(">")), ("ge", _cmp_op(">=")),
                                ("eq", _cmp_op("==")), ("ne", _cmp_op("!=")),
-                               ("and", _logic_op("&")), ("or", _logic_op("|")),
-                               ("xor", _logic_op("^"))):
+                               ("and", _bitwise_op("&")), ("or", _bitwise_op("|")),
+                               ("xor", _bitwise_op("^")), ("lshift", _bitwise_op("<<")),
+                               ("rshift", _bitwise_op(">>")),
+                               ("bitwise_and", _bitwise_op("&")),
+                               ("bitwise_or", _bitwise_op("|")),
+                               ("bitwise_xor", _bitwise_op("^")),
+                               ("bitwise_left_shift", _bitwise_op("<<")),
+                               ("bitwise_right_shift", _bitwise_op(">>"))):
             for attr in (f"__{name}__", name):
                 if hasattr(T, attr):
                     table[getattr(T, attr)] = function
@@ -1213,7 +1249,11 @@ def _torch_table(torch):
         table[T.__getitem__] = _tensor_getitem
         table[T.__neg__] = lambda a: -_tensor_operand(a)
         table[torch.neg] = table[T.__neg__]
-        table[T.__invert__] = lambda a: ~_tensor_operand(a)
+        table[T.__invert__] = lambda a: _invert(_tensor_operand(a))
+        for name in ("bitwise_not", "__invert__"):
+            for owner in (T, torch):
+                if hasattr(owner, name):
+                    table[getattr(owner, name)] = table[T.__invert__]
         _TORCH_TABLE = table
     return _TORCH_TABLE
 
@@ -1236,8 +1276,8 @@ def _cmp_op(op):
     return lambda a, b: _compare(op, _tensor_operand(a), _tensor_operand(b))
 
 
-def _logic_op(op):
-    return lambda a, b: _logic(op, _tensor_operand(a), _tensor_operand(b))
+def _bitwise_op(op):
+    return lambda a, b: _bitwise(op, _tensor_operand(a), _tensor_operand(b))
 
 
 def _tensor_getitem(tensor, index):

@@ -334,6 +334,21 @@ FJ_DECLARE_UNARY(Sigmoid);
 FJ_DECLARE_UNARY(Floor);
 // `Ceil`: the smallest integral float >= a (stays Float).
 FJ_DECLARE_UNARY(Ceil);
+// Bitwise operations take Int operands and give an Int, on the 32 bits of two's complement.
+// `BitAnd`: a & b.
+FJ_DECLARE_BINARY(BitAnd);
+// `BitOr`: a | b.
+FJ_DECLARE_BINARY(BitOr);
+// `BitXor`: a ^ b.
+FJ_DECLARE_BINARY(BitXor);
+// `BitNot`: ~a, which is -a - 1.
+FJ_DECLARE_UNARY(BitNot);
+// `Shl`: a << b: for b in [0, 31] the low 32 bits of a * 2^b; any other b (negative ones too)
+// gives 0.
+FJ_DECLARE_BINARY(Shl);
+// `Shr`: a >> b, arithmetic: for b in [0, 31] floor(a / 2^b); any other b gives a's sign, 0 or
+// -1 (as b == 31 does).
+FJ_DECLARE_BINARY(Shr);
 
 #undef FJ_DECLARE_UNARY
 #undef FJ_DECLARE_BINARY

@@ -18,9 +18,28 @@ enum class Type : uint8_t { Error, Bool, Int, Float };
 
 const char* type_name(Type type);
 
-enum class UnaryOp : uint8_t { Neg, Not };
+enum class UnaryOp : uint8_t { Neg, Not, BitNot };
 
-enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Mod, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
+enum class BinaryOp : uint8_t {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Mod,
+  Lt,
+  Le,
+  Gt,
+  Ge,
+  Eq,
+  Ne,
+  And,
+  Or,
+  BitAnd,
+  BitOr,
+  BitXor,
+  Shl,
+  Shr,
+};
 
 // The spelling of an operator in source ("+", "&&", ...).
 const char* op_spelling(UnaryOp op);

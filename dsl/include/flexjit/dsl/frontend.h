@@ -16,9 +16,10 @@ enum class TokenKind : uint8_t {
   Ident,
   IntLit,
   FloatLit,  // digits with a `.` and/or an exponent: 1.5, 50.0, 1e-3, .5 is not one
-  Punct,     // operators and punctuation: + - * / % < <= > >= == != && || ! ? ( ) [ ] , : =
-  Keyword,   // param const mask score variant with true false int bool float any all
-  Newline,   // declarations end at a newline unless inside parentheses or after an operator
+  Punct,  // operators and punctuation: + - * / % < <= > >= == != && || ! & | ^ ~ << >> ? ( ) [ ] ,
+          // : =
+  Keyword,  // param const mask score variant with true false int bool float any all
+  Newline,  // declarations end at a newline unless inside parentheses or after an operator
   End,
 };
 

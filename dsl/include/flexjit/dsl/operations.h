@@ -30,6 +30,7 @@ enum class Typing : uint8_t {
   ToInt,       // Bool or Float -> Int
   ToFloat,     // Bool or Int -> Float
   Math,        // Float -> Float
+  Bitwise,     // Int operands -> Int (no promotion: a Bool or a Float is an error)
 };
 
 // How an operation is printed (and written in source): `a + b`, `min(a, b)`, `-a`.
@@ -66,8 +67,10 @@ struct Undefined {
 //   ival_fn    the interval function on Int (and Bool) operands
 //   fival_fn   the interval function on Float operands
 // The Call-emitted functions are named as CUDA writes them (the emitter stringizes them).
-// Rows are in ExprKind order. Select's host scalar form is a choice, written by hand where it
-// is used; its interval function is picked by the branches' type.
+// Rows are in ExprKind order, which the host code's IR serialization writes (host_code.h): a new
+// row goes at the end, so that the bytes of existing IR stay the same. Select's host scalar form is
+// a choice, written by hand where it is used; its interval function is picked by the branches'
+// type.
 #define FJ_FOR_EACH_OPERATION(X, C)                                                               \
   X(C, Add, 2, Arithmetic, Infix, "+", Binary(Add), Call, fj::wrap_add, fj::fadd, fj::ival::add,  \
     fj::fival::add)                                                                               \
@@ -128,7 +131,19 @@ struct Undefined {
   X(C, Floor, 1, Math, Call, "floor", Call(Floor), Call, ::flexjit::ops::Undefined(), fj::ffloor, \
     ::flexjit::ops::Undefined(), fj::fival::floor)                                                \
   X(C, Ceil, 1, Math, Call, "ceil", Call(Ceil), Call, ::flexjit::ops::Undefined(), fj::fceil,     \
-    ::flexjit::ops::Undefined(), fj::fival::ceil)
+    ::flexjit::ops::Undefined(), fj::fival::ceil)                                                 \
+  X(C, BitAnd, 2, Bitwise, Infix, "&", Binary(BitAnd), Operator, std::bit_and<>(),                \
+    ::flexjit::ops::Undefined(), fj::ival::bit_and, ::flexjit::ops::Undefined())                  \
+  X(C, BitOr, 2, Bitwise, Infix, "|", Binary(BitOr), Operator, std::bit_or<>(),                   \
+    ::flexjit::ops::Undefined(), fj::ival::bit_or, ::flexjit::ops::Undefined())                   \
+  X(C, BitXor, 2, Bitwise, Infix, "^", Binary(BitXor), Operator, std::bit_xor<>(),                \
+    ::flexjit::ops::Undefined(), fj::ival::bit_xor, ::flexjit::ops::Undefined())                  \
+  X(C, BitNot, 1, Bitwise, Prefix, "~", Unary(BitNot), Operator, std::bit_not<>(),                \
+    ::flexjit::ops::Undefined(), fj::ival::bit_not, ::flexjit::ops::Undefined())                  \
+  X(C, Shl, 2, Bitwise, Infix, "<<", Binary(Shl), Call, fj::shl, ::flexjit::ops::Undefined(),     \
+    fj::ival::shl, ::flexjit::ops::Undefined())                                                   \
+  X(C, Shr, 2, Bitwise, Infix, ">>", Binary(Shr), Call, fj::shr, ::flexjit::ops::Undefined(),     \
+    fj::ival::shr, ::flexjit::ops::Undefined())
 
 // The host function of a row's `fn` as a generic lambda: fj_ops functions are overloaded (int
 // and interval forms share names), so they are called, not taken by address.
