@@ -60,11 +60,17 @@ __device__ __forceinline__ KvRange kv_range_for_heads(const Variant& variant,
   }
 }
 
-// Packed query rows [row0, row0 + rows) of one request against one kv head (GQA packing): row r
-// is query token r / group with query head kv_head * group + r % group. The prefill and decode
-// kernels take their work in such blocks.
+// Packed query rows [row0, row0 + rows) of one request against one kv head (GQA packing). Token
+// major (the default): row r is query token r / group with query head kv_head * group +
+// r % group, so a block of rows spans few tokens of every head. Head major (masks that read
+// `h`, Variant::kUsesHead): row r is token r % query_len of head kv_head * group +
+// r / query_len, so a block spans one head (two where it crosses a head's last row), and
+// kv_range and classify see that head's tiles, not the hull of the group's (per-head windows).
+// The prefill and decode kernels take their work in such blocks.
 struct PackedRows {
   int group;
+  int query_len;
+  bool head_major;
   int token_begin;     // the request's first query row in q and out
   int packed_rows;     // query tokens times group
   int seq_len;         // keys of the request (its new tokens included)
@@ -76,41 +82,57 @@ struct PackedRows {
   int row0;
   int last_row;  // the block's last row inside the request
 
-  __device__ __forceinline__ int q_lo() const { return q_offset + row0 / group; }
-  __device__ __forceinline__ int q_hi() const { return q_offset + last_row / group; }
-  // The query heads of the block's rows: all of the group once it spans two tokens.
+  // Token and head in the group of a row inside the request.
+  __device__ __forceinline__ int token_of(int packed) const {
+    return head_major ? packed % query_len : packed / group;
+  }
+  __device__ __forceinline__ int head_of(int packed) const {
+    return head_major ? packed / query_len : packed % group;
+  }
+  // The block's query positions and heads: where its rows span two tokens' heads (token major)
+  // or two heads (head major), every head or every position from the first to the last.
+  __device__ __forceinline__ bool spans_heads() const {
+    return head_major ? head_of(last_row) > head_of(row0) : token_of(last_row) > token_of(row0);
+  }
+  __device__ __forceinline__ int q_lo() const {
+    return q_offset + (head_major && spans_heads() ? 0 : token_of(row0));
+  }
+  __device__ __forceinline__ int q_hi() const {
+    return q_offset + (head_major && spans_heads() ? query_len - 1 : token_of(last_row));
+  }
   __device__ __forceinline__ int head_lo() const {
-    return kv_head * group + (last_row / group > row0 / group ? 0 : row0 % group);
+    return kv_head * group + (!head_major && spans_heads() ? 0 : head_of(row0));
   }
   __device__ __forceinline__ int head_hi() const {
-    return kv_head * group + (last_row / group > row0 / group ? group - 1 : last_row % group);
+    return kv_head * group + (!head_major && spans_heads() ? group - 1 : head_of(last_row));
   }
   // Position and head of a row. Rows past the request compute a copy of its last row (their
   // output is never written), so the mask and score only ever see positions and heads of the
   // request: an array read indexed by q stays in range, and a debug bounds report means a real
   // bad index.
   __device__ __forceinline__ int position(int packed) const {
-    return q_offset + min(packed, packed_rows - 1) / group;
+    return q_offset + token_of(min(packed, packed_rows - 1));
   }
   __device__ __forceinline__ int head(int packed) const {
-    return kv_head * group + min(packed, packed_rows - 1) % group;
+    return kv_head * group + head_of(min(packed, packed_rows - 1));
   }
   // The row of q and out of a row inside the request (packed < packed_rows).
-  __device__ __forceinline__ i64 token(int packed) const { return token_begin + packed / group; }
+  __device__ __forceinline__ i64 token(int packed) const { return token_begin + token_of(packed); }
 };
 
 __device__ __forceinline__ PackedRows packed_rows_of(const PagedPrefillArgs& args, int request,
                                                      int kv_head, int row0, int rows,
-                                                     bool contiguous) {
+                                                     bool contiguous, bool head_major = false) {
   PackedRows block;
   block.group = args.num_heads / args.num_kv_heads;
   block.token_begin = args.query_start_loc[request];
-  const int query_len = args.query_start_loc[request + 1] - block.token_begin;
+  block.query_len = args.query_start_loc[request + 1] - block.token_begin;
+  block.head_major = head_major;
   // Contiguous sequences have keys of their own (as many as queries without key_start_loc),
   // and queries from position 0 whatever their number.
   block.seq_len = contiguous ? contiguous_key_count(args, request) : args.seq_lens[request];
-  block.packed_rows = query_len * block.group;
-  block.q_offset = contiguous ? 0 : block.seq_len - query_len;
+  block.packed_rows = block.query_len * block.group;
+  block.q_offset = contiguous ? 0 : block.seq_len - block.query_len;
   block.key_begin = contiguous ? contiguous_key_begin(args, request) : 0;
   block.q_batch_offset = contiguous ? request * args.q_stride_batch : 0;
   block.kv_head = kv_head;
@@ -486,7 +508,7 @@ __device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedP
     const unsigned short* src = q;
     if (valid) {
       const i64 token = block.token(packed);
-      const i64 head = block.kv_head * block.group + packed % block.group;
+      const i64 head = block.head(packed);
       src = q + token * args.q_stride_token + head * args.q_stride_head + chunk * 8;
     }
     cp_async_16(q_tile + Layout::offset(row, chunk), src, valid);
@@ -541,8 +563,8 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   unsigned short* v_tile = k_tile + kTileElems;
 
   const Variant variant{};
-  const PackedRows block =
-      packed_rows_of(args, request, kv_head, row0, kPrefillBlockM, kPageSize == 0);
+  const PackedRows block = packed_rows_of(args, request, kv_head, row0, kPrefillBlockM,
+                                          kPageSize == 0, Variant::kUsesHead);
   if (row0 >= block.packed_rows) return;
   const int key_begin = block.key_begin;
   const int packed_rows = block.packed_rows;

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Launches one workload's flexjit kernel a few times, for a profiler to attach to.
+"""Launches workloads' flexjit kernels a few times each, for a profiler to attach to.
 
     ncu -k regex:prefill_ --launch-skip 3 --launch-count 1 --section SpeedOfLight \\
         python3 tools/bench/profile_kernel.py prefill_causal_16k --page-size 16
 
 The inputs, parameters and paged cache are the benchmark's (bench.py), so that what the profiler
-sees is what the results page times. Prints the kernel's name and the median time of the timed
+sees is what the results page times. Prints each kernel's name and the median time of the timed
 launches (CUDA events) when not under a profiler's replay. Needs torch and a GPU, like bench.py.
+To compare libraries (an A/B of a template change), run it once per library with
+FLEXJIT_LIBRARY set, in one device call, alternating their order.
 """
 
 import argparse
@@ -26,18 +28,23 @@ import flexjit  # noqa: E402
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workload", help="a workload name (bench.py --list)")
+    parser.add_argument("workload", nargs="+", help="workload names (bench.py --list)")
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--launches", type=int, default=5)
-    parser.add_argument("--masks", default=None, help="mask file (default: the workload's)")
+    parser.add_argument("--masks", default=None, help="mask file (default: each workload's)")
     args = parser.parse_args(argv)
 
-    chosen = [w for w in W.workloads() if w.name == args.workload]
-    if not chosen:
-        parser.error(f"no workload {args.workload!r}")
-    w = chosen[0]
-    mask_file = args.masks or str(bench.REPO / (w.mask_file or "dsl/lib/standard.mask"))
+    known = {w.name: w for w in W.workloads()}
+    missing = [name for name in args.workload if name not in known]
+    if missing:
+        parser.error(f"no workload {missing[0]!r}")
     ctx = flexjit.Context()
+    for name in args.workload:
+        profile(ctx, known[name], args)
+
+
+def profile(ctx, w, args):
+    mask_file = args.masks or str(bench.REPO / (w.mask_file or "dsl/lib/standard.mask"))
     program = ctx.program_from_file(mask_file)
     inputs = bench.Inputs(w)
     fn, _, _, extra = bench.make_flexjit(ctx, program, inputs, args.page_size, 1)
@@ -49,8 +56,10 @@ def main(argv=None):
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    print(f"{extra['kernel']}: median {statistics.median(times):.3f} ms over {len(times)} "
-          f"launches (first {times[0]:.3f} ms)")
+    print(f"{w.name} {extra['kernel']}: median {statistics.median(times):.3f} ms over "
+          f"{len(times)} launches (first {times[0]:.3f} ms)", flush=True)
+    del inputs, fn
+    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
