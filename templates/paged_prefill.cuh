@@ -116,8 +116,11 @@ struct PackedRows {
   __device__ __forceinline__ int head(int packed) const {
     return kv_head * group + head_of(min(packed, packed_rows - 1));
   }
-  // The row of q and out of a row inside the request (packed < packed_rows).
+  // The row of q and out, and the query head, of a row inside the request (packed < packed_rows).
   __device__ __forceinline__ i64 token(int packed) const { return token_begin + token_of(packed); }
+  __device__ __forceinline__ int query_head(int packed) const {
+    return kv_head * group + head_of(packed);
+  }
 };
 
 __device__ __forceinline__ PackedRows packed_rows_of(const PagedPrefillArgs& args, int request,
@@ -508,7 +511,7 @@ __device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedP
     const unsigned short* src = q;
     if (valid) {
       const i64 token = block.token(packed);
-      const i64 head = block.head(packed);
+      const i64 head = block.query_head(packed);
       src = q + token * args.q_stride_token + head * args.q_stride_head + chunk * 8;
     }
     cp_async_16(q_tile + Layout::offset(row, chunk), src, valid);

@@ -23,28 +23,23 @@ namespace fj {
 
 // What the roles share, at namespace scope (a static __shared__ array in the block function
 // would exist once per role's instantiation; the translation unit holds this one kernel).
-// K and V have rings of their own (KvPipeline), with a full and an empty mbarrier per stage.
-__shared__ __align__(8) unsigned long long fj_wgmma_barriers[4 * kWgmmaMaxStages];
+// Stage s of the K/V ring is full when mbarrier s completes a phase (the producer's copies
+// have landed), free when mbarrier kWgmmaMaxStages + s does (both consumers are done reading it).
+__shared__ __align__(8) unsigned long long fj_wgmma_barriers[2 * kWgmmaMaxStages];
 __shared__ int fj_wgmma_tile_list[kWgmmaTileList];  // tile * 4 + TileClass
 __shared__ int fj_wgmma_warp_counts[(kWgmmaThreads - kWgmmaProducerThreads) / kWarpThreads];
 
-// The K and V rings as each thread sees them: `tiles` counts the tiles that have gone through
-// them, so the i-th tile overall uses stage i % stages of both in phase i / stages, for producer
-// and consumers alike, across blocks of a persistent launch. K stage s is full when its full
-// mbarrier completes a phase (the producer's copies have landed: cp.async.mbarrier.arrive, so
-// the producer never waits for its own copies and runs as far ahead as the stages allow), free
-// when its empty mbarrier does (both consumers' S of it are done); V's likewise, freed after
-// the PV. Separate rings let the producer refill a K stage while its tile's PV still reads V.
+// The K/V ring as each thread sees it: `tiles` counts the tiles that have gone through it, so
+// the i-th tile overall uses stage i % stages in phase i / stages, for producer and
+// consumers alike, across blocks of a persistent launch.
 struct KvPipeline {
-  enum Ring : int { kKFull = 0, kVFull = 1, kKEmpty = 2, kVEmpty = 3 };
   u32 tiles = 0;
-  __device__ __forceinline__ static u32 barrier(Ring ring, int stage) {
-    return smem_address(fj_wgmma_barriers) + 8u * (ring * kWgmmaMaxStages + stage);
+  __device__ __forceinline__ u32 full(int stage) const {
+    return smem_address(fj_wgmma_barriers) + 8u * stage;
   }
-  __device__ __forceinline__ static u32 k_full(int stage) { return barrier(kKFull, stage); }
-  __device__ __forceinline__ static u32 v_full(int stage) { return barrier(kVFull, stage); }
-  __device__ __forceinline__ static u32 k_empty(int stage) { return barrier(kKEmpty, stage); }
-  __device__ __forceinline__ static u32 v_empty(int stage) { return barrier(kVEmpty, stage); }
+  __device__ __forceinline__ u32 empty(int stage) const {
+    return smem_address(fj_wgmma_barriers) + 8u * (kWgmmaMaxStages + stage);
+  }
 };
 
 // Where the key terms read arrays (Variant::kKeyTermsLoad: doc[b, kv]) the producer stages each
@@ -215,10 +210,11 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
                             static_cast<const unsigned short*>(args.v_cache),
                             static_cast<i64>(kv_head) * args.v_stride_head +
                                 kv_batch_offset<kPageSize>(args.v_stride_block, request));
+      // Each tile's copies form one cp.async group; the producer reports a tile full once the
+      // next tile's copies are out, so two tiles' copies are in flight at a time.
       for (int i = 0; i < listed; ++i) {
         const u32 t = pipe.tiles + i;
         const int stage = static_cast<int>(t % kStages);
-        const u32 reuse_phase = (t / kStages - 1) % 2;  // of the stage's previous tile
         const int k0 = tile_list[i] / 4 * kBlockN;
         i32 pages[TileCopy::kPages];
         k_copy.read_pages(pages, block_row, k0, kv_end);
@@ -238,20 +234,33 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
             }
           }
         }
-        const u32 k_tile = stages_address + stage * 2 * kTileBytes;
-        if (t >= kStages) mbarrier_wait(pipe.k_empty(stage), reuse_phase);
-        k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0, kv_end);
-        cp_async_mbarrier_arrive(pipe.k_full(stage));
-        if constexpr (kStageKeyTerms) {
-          // The key terms travel with K: stored once its stage is free, published by an
-          // ordinary arrive (a release), which the full barrier counts besides the copies'.
-          if (own_key < kBlockN) key_terms[stage * kBlockN + own_key] = own_terms;
-          mbarrier_arrive(pipe.k_full(stage));
+        // The consumers free tile t - kStages's stage while they compute tile t - kStages + 1,
+        // which the producer reports full after tile t - kStages + 2's copies are out: with
+        // fewer than three stages that is tile t itself, so the tile in flight is reported
+        // before the wait instead.
+        const bool report_first = kStages < 3 && t >= kStages && i > 0;
+        if (report_first) {
+          cp_async_wait<0>();
+          mbarrier_arrive(pipe.full((t + kStages - 1) % kStages));
         }
-        if (t >= kStages) mbarrier_wait(pipe.v_empty(stage), reuse_phase);
+        if (t >= kStages) mbarrier_wait(pipe.empty(stage), (t / kStages - 1) % 2);
+        if constexpr (kStageKeyTerms) {
+          // Published with the tile's full barrier (the arrive releases the stores).
+          if (own_key < kBlockN) key_terms[stage * kBlockN + own_key] = own_terms;
+        }
+        const u32 k_tile = stages_address + stage * 2 * kTileBytes;
+        k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0, kv_end);
         v_copy.copy(k_tile + kTileBytes, args.v_stride_block, args.v_stride_slot, pages, key_begin,
                     k0, kv_end);
-        cp_async_mbarrier_arrive(pipe.v_full(stage));
+        cp_async_commit();
+        if (i > 0 && !report_first) {
+          cp_async_wait<1>();
+          mbarrier_arrive(pipe.full((t + kStages - 1) % kStages));
+        }
+      }
+      if (listed > 0) {
+        cp_async_wait<0>();
+        mbarrier_arrive(pipe.full((pipe.tiles + listed - 1) % kStages));
       }
     } else {
       // Descriptors move with the address in their low bits (16-byte units), so each
@@ -322,9 +331,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         const int tile = tile_list[i] / 4;
         const TileClass tile_class = static_cast<TileClass>(tile_list[i] % 4);
         const int k0 = tile * kBlockN;
-        // K_i for S_i, and V_{i-1} for the PV issued beside it (copied before K_i: seldom a wait).
-        mbarrier_wait(pipe.k_full(stage), (t / kStages) % 2);
-        if (i > 0) mbarrier_wait(pipe.v_full(previous), ((t - 1) / kStages) % 2);
+        mbarrier_wait(pipe.full(stage), (t / kStages) % 2);
         fence_proxy_async_shared();
 
         float s[kSAccumulators][kAccumulatorFloats];
@@ -338,8 +345,6 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         }
         for (int a = 0; a < kSAccumulators; ++a)
           fence_registers(s[a]);
-        // S_i is done: K_i's stage is free, unless the softmax still reads its key terms.
-        if constexpr (!kStageKeyTerms) mbarrier_arrive(pipe.k_empty(stage));
 
         // Scale, score_mod, mask (per element only where the tile is Partial or runs past the
         // sequence), then the online-softmax update. Element e of n8 tile j (s_element: s[j / 8]
@@ -375,7 +380,6 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
               variant, args.params, args.scale, rows, key0, kv_end, false, s, tile_max, staged);
         }
-        if constexpr (kStageKeyTerms) mbarrier_arrive(pipe.k_empty(stage));
         float max_scaled[2];
         float rescale[2];
         update_row_max(tile_max, row_max, row_sum, max_scaled, rescale);
@@ -395,7 +399,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           fence_registers(o[c]);
         for (int kk = 0; kk < kBlockN / 16; ++kk)
           fence_registers(p_prev[kk]);
-        if (i > 0) mbarrier_arrive(pipe.v_empty(previous));
+        if (i > 0) mbarrier_arrive(pipe.empty(previous));
         rescale_o(rescale);
         // P_i in the A layout: k16 step kk takes n8 tiles 2kk and 2kk + 1.
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -408,16 +412,13 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       }
       if (listed > 0) {
         // The last tile's PV.
-        const u32 t_last = pipe.tiles + listed - 1;
-        const int last = static_cast<int>(t_last % kStages);
-        mbarrier_wait(pipe.v_full(last), (t_last / kStages) % 2);
-        fence_proxy_async_shared();
+        const int last = static_cast<int>((pipe.tiles + listed - 1) % kStages);
         wgmma_fence();
         issue_pv(p_prev, last);
         wgmma_wait<0>();
         for (int c = 0; c < kOChunks; ++c)
           fence_registers(o[c]);
-        mbarrier_arrive(pipe.v_empty(last));
+        mbarrier_arrive(pipe.empty(last));
       }
     }
     pipe.tiles += listed;
@@ -474,7 +475,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         const int packed = row0 + warp_row0 + row;
         if (packed >= block.packed_rows) continue;
         const i64 token = block.token(packed);
-        const i64 head = block.head(packed);
+        const i64 head = static_cast<i64>(kv_head) * block.group + block.head_of(packed);
         *reinterpret_cast<uint4*>(out + token * args.out_stride_token +
                                   head * args.out_stride_head + chunk * 8) =
             *reinterpret_cast<const uint4*>(q_tile + QLayout::offset(warp_row0 + row, chunk));
@@ -512,11 +513,8 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
   KvPipeline pipe;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      // K's full barrier also counts the key terms' ordinary arrives where they are staged.
-      mbarrier_init(pipe.k_full(s), (Variant::kKeyTermsLoad ? 2 : 1) * kWgmmaProducerThreads);
-      mbarrier_init(pipe.v_full(s), kWgmmaProducerThreads);
-      mbarrier_init(pipe.k_empty(s), kWgmmaThreads - kWgmmaProducerThreads);  // the consumers
-      mbarrier_init(pipe.v_empty(s), kWgmmaThreads - kWgmmaProducerThreads);
+      mbarrier_init(pipe.full(s), kWgmmaProducerThreads);
+      mbarrier_init(pipe.empty(s), kWgmmaThreads - kWgmmaProducerThreads);  // the consumers
     }
   }
   __syncthreads();
@@ -526,7 +524,6 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
       prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, true>(args, request, kv_head, row0,
                                                                     pipe, key_terms);
     });
-    cp_async_wait_all();  // no copy outlives its thread (the consumers wait for them anyway)
   } else {
     setmaxnreg_inc<wgmma_consumer_registers(kHeadDim)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
