@@ -87,17 +87,35 @@ std::optional<Builtin> find_builtin(std::string_view name) {
   return std::nullopt;
 }
 
-// What an operator takes: `&&` bools, `+` numbers, `&` ints.
-enum class Operand : uint8_t { Bool, Number, Int };
+// How an operator is typed: its row of the operations table.
+#define FJ_UNARY_TYPING(name, node, arity, typing, ...) \
+  case UnaryOp::name:                                   \
+    return ops::Typing::typing;
+#define FJ_BINARY_TYPING(name, node, arity, typing, ...) \
+  case BinaryOp::name:                                   \
+    return ops::Typing::typing;
+ops::Typing typing_of(UnaryOp op) {
+  switch (op) { FJ_FOR_EACH_SOURCE(UNARY, FJ_UNARY_TYPING) }
+  return ops::Typing::Numeric;
+}
+ops::Typing typing_of(BinaryOp op) {
+  switch (op) { FJ_FOR_EACH_SOURCE(BINARY, FJ_BINARY_TYPING) }
+  return ops::Typing::Arithmetic;
+}
+#undef FJ_UNARY_TYPING
+#undef FJ_BINARY_TYPING
 
-bool is_bitwise(BinaryOp op) {
-  return op == BinaryOp::BitAnd || op == BinaryOp::BitOr || op == BinaryOp::BitXor ||
-         op == BinaryOp::Shl || op == BinaryOp::Shr;
+// What an operator takes: `&&` bools, `&` ints, `+` (and the others but ==, !=) numbers.
+enum class Operand : uint8_t { Bool, Number, Int };
+Operand operand_of(ops::Typing typing) {
+  return typing == ops::Typing::Logic     ? Operand::Bool
+         : typing == ops::Typing::Bitwise ? Operand::Int
+                                          : Operand::Number;
 }
 
 bool is_comparison(BinaryOp op) {
-  return op == BinaryOp::Lt || op == BinaryOp::Le || op == BinaryOp::Gt || op == BinaryOp::Ge ||
-         op == BinaryOp::Eq || op == BinaryOp::Ne;
+  const ops::Typing typing = typing_of(op);
+  return typing == ops::Typing::Equality || typing == ops::Typing::Ordering;
 }
 
 // For a bool where a number was expected: when it is a comparison with `&` or `|` as an
@@ -657,11 +675,9 @@ Folded Checker::check_unary(Expr& expr) {
   Expr& operand = *expr.args[0];
   bool negated_literal = expr.unary_op == UnaryOp::Neg && operand.kind == Expr::Kind::IntLit;
   Folded folded = negated_literal ? check_int_literal(operand, true) : check_expr(operand);
-  const Operand want = expr.unary_op == UnaryOp::Not      ? Operand::Bool
-                       : expr.unary_op == UnaryOp::BitNot ? Operand::Int
-                                                          : Operand::Number;
   expr.type = Type::Error;
-  if (!expect_operand(operand, want, op_spelling(expr.unary_op))) return Folded::unknown();
+  if (!expect_operand(operand, operand_of(typing_of(expr.unary_op)), op_spelling(expr.unary_op)))
+    return Folded::unknown();
   expr.type = operand.type;
   if (!folded.is_known()) return folded;
   return Folded::known(fold_unary(expr.unary_op, folded.value));
@@ -674,9 +690,8 @@ Folded Checker::check_binary(Expr& expr) {
   Folded rhs_value = check_expr(rhs);
   const char* op = op_spelling(expr.binary_op);
   expr.type = Type::Error;
-  bool logical = expr.binary_op == BinaryOp::And || expr.binary_op == BinaryOp::Or;
-  bool equality = expr.binary_op == BinaryOp::Eq || expr.binary_op == BinaryOp::Ne;
-  if (equality) {
+  const ops::Typing typing = typing_of(expr.binary_op);
+  if (typing == ops::Typing::Equality) {
     // == and != compare two numbers or two bools.
     if (lhs.type == Type::Error || rhs.type == Type::Error) return Folded::unknown();
     if (!common_type(lhs.type, rhs.type)) {
@@ -687,32 +702,21 @@ Folded Checker::check_binary(Expr& expr) {
       return Folded::unknown();
     }
   } else {
-    const Operand want = logical                      ? Operand::Bool
-                         : is_bitwise(expr.binary_op) ? Operand::Int
-                                                      : Operand::Number;
+    const Operand want = operand_of(typing);
     bool lhs_ok = expect_operand(lhs, want, op);
     bool rhs_ok = expect_operand(rhs, want, op);
     if (!lhs_ok || !rhs_ok) return Folded::unknown();
   }
-  switch (expr.binary_op) {
-    case BinaryOp::BitAnd:
-    case BinaryOp::BitOr:
-    case BinaryOp::BitXor:
-    case BinaryOp::Shl:
-    case BinaryOp::Shr:
+  switch (typing) {
+    case ops::Typing::Bitwise:
       expr.type = Type::Int;
       break;
-    case BinaryOp::Add:
-    case BinaryOp::Sub:
-    case BinaryOp::Mul:
+    case ops::Typing::Arithmetic:
       expr.type = *common_type(lhs.type, rhs.type);
-      break;
-    case BinaryOp::Div:
-    case BinaryOp::Mod:
       // Division and modulo by zero are defined (they yield 0), but a divisor that is
       // constant zero is surely a mistake.
-      expr.type = *common_type(lhs.type, rhs.type);
-      if (rhs_value.is_known() && rhs_value.value.is_zero()) {
+      if ((expr.binary_op == BinaryOp::Div || expr.binary_op == BinaryOp::Mod) &&
+          rhs_value.is_known() && rhs_value.value.is_zero()) {
         error(rhs.span, expr.binary_op == BinaryOp::Div ? "constant division by zero"
                                                         : "constant modulo by zero");
         return Folded::unknown();
