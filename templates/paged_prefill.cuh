@@ -114,7 +114,7 @@ struct PackedRows {
     return q_offset + token_of(min(packed, packed_rows - 1));
   }
   __device__ __forceinline__ int head(int packed) const {
-    return kv_head * group + head_of(min(packed, packed_rows - 1));
+    return query_head(min(packed, packed_rows - 1));
   }
   // The row of q and out, and the query head, of a row inside the request (packed < packed_rows).
   __device__ __forceinline__ i64 token(int packed) const { return token_begin + token_of(packed); }
