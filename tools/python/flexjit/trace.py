@@ -319,6 +319,24 @@ class Value:
     def logical_not(self):
         return ~_bool_of(self)
 
+    def bitwise_and(self, other):
+        return self & other
+
+    def bitwise_or(self, other):
+        return self | other
+
+    def bitwise_xor(self, other):
+        return self ^ other
+
+    def bitwise_not(self):
+        return ~self
+
+    def bitwise_left_shift(self, other):
+        return self << other
+
+    def bitwise_right_shift(self, other):
+        return self >> other
+
     def where(self, condition, other):
         return where(condition, self, other)
 
@@ -1250,10 +1268,9 @@ def _torch_table(torch):
         table[T.__neg__] = lambda a: -_tensor_operand(a)
         table[torch.neg] = table[T.__neg__]
         table[T.__invert__] = lambda a: _invert(_tensor_operand(a))
-        for name in ("bitwise_not", "__invert__"):
-            for owner in (T, torch):
-                if hasattr(owner, name):
-                    table[getattr(owner, name)] = table[T.__invert__]
+        for owner in (T, torch):
+            if hasattr(owner, "bitwise_not"):
+                table[owner.bitwise_not] = table[T.__invert__]
         _TORCH_TABLE = table
     return _TORCH_TABLE
 
