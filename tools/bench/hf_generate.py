@@ -78,7 +78,8 @@ def parse_args(argv=None):
 
 
 def previous_rows(path, append):
-    """The rows already in `path` with --append, else none."""
+    """The rows already in `path` with --append (which parse_args allows only with --json),
+    else none."""
     if not append or not pathlib.Path(path).exists():
         return []
     return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))["rows"]
@@ -130,7 +131,7 @@ def main(argv=None):
     meta = run_meta(argv, transformers=transformers.__version__, layers=args.layers)
     print(f"{meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}, "
           f"{args.layers} layers", flush=True)
-    previous = previous_rows(args.json, args.append) if args.json else []
+    previous = previous_rows(args.json, args.append)
     rows, start = [], time.monotonic()
     for prompt in args.prompts:
         for batch in args.batches:
