@@ -8,14 +8,17 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <regex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "check/paged_check.h"
+#include "check/paged_inputs.h"
 #include "fixture.h"
 #include "flexjit/flexjit.h"
 
@@ -23,19 +26,66 @@ namespace {
 
 using flexjit::testing::fixture;
 
-// The names the file declares with `mask NAME =` or `variant NAME =`, in order: a mask added to
-// the family is tested without a change here.
-std::vector<std::string> declared_names(const std::string& path) {
+// The names of the file's lines that `declaration` matches (its group 1), in order.
+std::vector<std::string> declared(const std::string& path, const std::regex& declaration) {
   std::ifstream file(path);
   REQUIRE(file.good());
-  const std::regex declaration(R"(^(mask|variant)\s+([A-Za-z_][A-Za-z0-9_]*)\s*=)");
   std::vector<std::string> names;
   std::string line;
   while (std::getline(file, line)) {
     std::smatch match;
-    if (std::regex_search(line, match, declaration)) names.push_back(match[2]);
+    if (std::regex_search(line, match, declaration)) names.push_back(match[1]);
   }
   return names;
+}
+
+// The names the file declares with `mask NAME =` or `variant NAME =`, in order: a mask added to
+// the family is tested without a change here.
+std::vector<std::string> declared_names(const std::string& path) {
+  return declared(path, std::regex(R"(^(?:mask|variant)\s+([A-Za-z_][A-Za-z0-9_]*)\s*=)"));
+}
+
+// The arrays the file declares (`param NAME: TYPE[...]`), by slot, as the harness's
+// random_arrays makes them; then `bits`, the random_bits mask's bit-packed words (bit kv % 32 of
+// bits[q, kv / 32]), replaced by one row per position and one word per 32 keys, each a random
+// int32 of the whole range: the harness's own values (at most the longest sequence, 16 x 16)
+// would leave the high bits, the sign bit among them, never set and most keys unread.
+std::vector<flexjit::HostArray> family_arrays(const std::string& path, const fj_program* program,
+                                              const flexjit::PagedCheckConfig& config) {
+  std::vector<flexjit::RuntimeParam> arrays;
+  for (const std::string& name :
+       declared(path, std::regex(R"(^param\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*\w+\s*\[)"))) {
+    fj_param_info info{};
+    info.struct_size = sizeof(info);
+    REQUIRE(fj_program_param_info(program, name.c_str(), &info) == FJ_SUCCESS);
+    flexjit::RuntimeParam param;
+    param.name = name;
+    param.type =
+        info.type == FJ_PARAM_FLOAT_ARRAY ? flexjit::dsl::Type::Float : flexjit::dsl::Type::Int;
+    param.slot = info.slot;
+    for (int d = 0; d < info.rank; ++d)
+      param.dims.emplace_back(info.dims[d]);
+    arrays.push_back(std::move(param));
+  }
+  std::sort(arrays.begin(), arrays.end(),
+            [](const auto& a, const auto& b) { return a.slot < b.slot; });
+  int max_seq_len = 0;
+  for (size_t r = 0; r < config.query_lens.size(); ++r)
+    max_seq_len = std::max(max_seq_len, config.query_lens[r] + config.context_lens[r]);
+  std::vector<flexjit::HostArray> result =
+      flexjit::random_arrays(arrays, static_cast<int>(config.query_lens.size()), config.num_heads,
+                             max_seq_len, config.seed);
+  const auto bits = std::find_if(arrays.begin(), arrays.end(),
+                                 [](const auto& param) { return param.name == "bits"; });
+  REQUIRE(bits != arrays.end());
+  flexjit::HostArray& words = result[bits->slot];
+  words.rows = max_seq_len;
+  words.cols = (max_seq_len + 31) / 32;
+  std::mt19937 rng(static_cast<uint32_t>(config.seed));
+  words.bits.resize(static_cast<size_t>(words.rows) * words.cols);
+  for (int32_t& word : words.bits)
+    word = static_cast<int32_t>(rng());
+  return result;
 }
 
 }  // namespace
@@ -77,6 +127,7 @@ TEST_CASE("the element-wise family matches the reference", "[gpu][family]") {
       config.params[window_slot] = 100;
       config.seed = 5000 + index;
       config.compare_cpu = true;
+      if (name == "random_bits") config.arrays = family_arrays(path, program, config);
       auto report = flexjit::run_paged_check(fixture().context, program, config);
       INFO(name << " head dim " << head_dim << ": "
                 << (report ? std::string() : report.error().message));

@@ -94,14 +94,15 @@ class FlexjitAgreesWithPredicatesTest(unittest.TestCase):
         # there; the bit extraction of family.mask's text is checked with the array read
         # replaced by a const word, for words with low, high and all bits set.
         text = FAMILY.read_text()
-        read = "(bits[q, kv / 16] /"
+        read = "(bits[q, kv / 32] >>"
         self.assertEqual(text.count(read), 1)
-        text = text.replace(read, "(word /") + "\nconst word: int = 0\n"
+        text = text.replace(read, "(word >>") + "\nconst word: int = 0\n"
         with tempfile.TemporaryDirectory() as tmp:
             path = pathlib.Path(tmp) / "bits.mask"
             path.write_text(text)
             w = next(w for w in small_family(40, 70) if w.mask == "random_bits")
-            for word in (0, 1, 0x8000, 0xFFFF, 0xA5C3, 0x1234, 0x7FFE):
+            for word in (0, 1, 0x8000, 0xFFFF, 0xA5C3, 0x1234, 0x7FFE, 0x7FFFFFFF, -1,
+                         -0x80000000, -0x5A3C5A3D):
                 with self.subTest(word=hex(word)):
                     P = types.SimpleNamespace(bits=lambda q, j, word=word: word)
                     data = run_hints(path, w, "1x1", ["--exact", "-D", f"word={word}"])
@@ -109,8 +110,9 @@ class FlexjitAgreesWithPredicatesTest(unittest.TestCase):
 
     def test_random_words(self):
         words = [W.random_word(1, q, j) for q in range(64) for j in range(16)]
-        self.assertTrue(all(0 <= x < 1 << 16 for x in words))
-        ones = sum(bin(x).count("1") for x in words) / (16 * len(words))
+        self.assertTrue(all(-1 << 31 <= x < 1 << 31 for x in words))
+        self.assertTrue(any(x < 0 for x in words))  # bit 31 is set in some: the sign
+        ones = sum(bin(x & 0xFFFFFFFF).count("1") for x in words) / (32 * len(words))
         self.assertGreater(ones, 0.45)
         self.assertLess(ones, 0.55)
         self.assertNotEqual(W.random_word(1, 3, 4), W.random_word(2, 3, 4))

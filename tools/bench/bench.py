@@ -171,8 +171,8 @@ def torch_params(w, device):
 
 
 def random_bits_array(w, seed, device):
-    """The random_bits mask's bits int32 [seq_len, seq_len / 16] (W.random_word), built on the
-    GPU in int64 and stored as int32 (every word fits in 16 bits)."""
+    """The random_bits mask's bits int32 [seq_len, seq_len / 32] (W.random_word), built on the
+    GPU in int64 and stored as int32 (every word lies in the int32 range)."""
     seq_len = max(s for _, s in w.requests)
     words = -(-seq_len // W.BITS_PER_WORD)
     q = torch.arange(seq_len, device=device, dtype=torch.int64).view(-1, 1)

@@ -133,9 +133,9 @@ def fa4_bigbird(batch, head, q_idx, kv_idx, seqlen_info, aux_tensors):
 
 
 def fa4_random_bits(batch, head, q_idx, kv_idx, seqlen_info, aux_tensors):
-    bits = aux_tensors[0]  # int32 [seq_len, seq_len / 16], 16 bits per word
-    word = bits[q_idx[0], kv_idx[0] // 16]
-    bit = (word >> (kv_idx[0] % 16)) & 1
+    bits = aux_tensors[0]  # int32 [seq_len, seq_len / 32], 32 bits per word
+    word = bits[q_idx[0], kv_idx[0] // 32]
+    bit = (word >> (kv_idx[0] % 32)) & 1
     own = q_idx == kv_idx  # the query's own key: no row is empty
     return (q_idx >= kv_idx) & (own | (utils.scalar_to_ssa(bit, cutlass.Int32) > _i(0)))
 

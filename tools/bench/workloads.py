@@ -85,7 +85,7 @@ IMAGE_RADIUS = 7
 LONGFORMER_RADIUS = 256
 BIGBIRD_BLOCK = 64
 BIGBIRD_GLOBAL = 2
-BITS_PER_WORD = 16
+BITS_PER_WORD = 32
 SINKS = 4
 T5_DISTANCES = 256
 FAMILY_FILE = "tools/bench/family.mask"
@@ -160,8 +160,8 @@ MASK_SOURCE.update({
     "bigbird": f"|q // {BIGBIRD_BLOCK} - kv // {BIGBIRD_BLOCK}| <= 1 | q // {BIGBIRD_BLOCK} "
                f"< {BIGBIRD_GLOBAL} | kv // {BIGBIRD_BLOCK} < {BIGBIRD_GLOBAL} | "
                f"random_block[q // {BIGBIRD_BLOCK}, kv // {BIGBIRD_BLOCK}]",
-    "random_bits": f"q >= kv & (q == kv | bit kv % {BITS_PER_WORD} of "
-                   f"bits[q, kv // {BITS_PER_WORD}])",
+    "random_bits": f"q >= kv & (q == kv | ((bits[q, kv // {BITS_PER_WORD}] >> "
+                   f"kv % {BITS_PER_WORD}) & 1) == 1)",
     "streaming": f"q >= kv & (kv < {SINKS} | q - kv < window)",
     "head_windows": "q >= kv & q - kv < head_window[h]",
     "t5": f"score + t5_bias[h, clamp(q - kv, 0, {T5_DISTANCES - 1})]",
@@ -169,14 +169,15 @@ MASK_SOURCE.update({
 
 
 def random_word(seed, q, j):
-    """Word j of query row q of the random_bits mask: 16 pseudo-random bits from a hash of
-    (seed, q, j) (a 32-bit integer mix, lowbias32), on Python ints and on int64 tensors alike,
-    so the GPU builds the array and the tests recompute any word without storing it."""
+    """Word j of query row q of the random_bits mask: 32 pseudo-random bits from a hash of
+    (seed, q, j) (a 32-bit integer mix, lowbias32) as an int32 (the high bit its sign), on
+    Python ints and on int64 tensors alike, so the GPU builds the array and the tests recompute
+    any word without storing it."""
     x = (q * 65536 + j + seed * 0x9E3779B1) & 0xFFFFFFFF
     x = ((x ^ (x >> 16)) * 0x7FEB352D) & 0xFFFFFFFF
     x = ((x ^ (x >> 15)) * 0x846CA68B) & 0xFFFFFFFF
     x = x ^ (x >> 16)
-    return x & 0xFFFF
+    return ((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000
 
 
 def t5_bucket(distance, num_buckets=32, max_distance=128):
