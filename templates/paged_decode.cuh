@@ -43,15 +43,14 @@ struct DecodeTileLoader {
   __device__ __forceinline__ void read_pages(const i32* block_row, int k0, int kv_end) {
     k_copy.read_pages(pages, block_row, k0, kv_end);
   }
-  // Keys [k0, k0 + kDecodeBlockN), with the entries of the last read_pages; absent_keys: a tile
-  // listed kAbsentKeysClass (KvTileCopy::copy).
+  // Keys [k0, k0 + kDecodeBlockN), with the entries of the last read_pages.
   __device__ __forceinline__ void load(const PagedPrefillArgs& args, unsigned short* k_tile,
-                                       unsigned short* v_tile, const i32*, int k0, int kv_end,
-                                       bool absent_keys) const {
-    k_copy.copy(smem_address(k_tile), args.k_stride_block, args.k_stride_slot, pages, 0, k0, kv_end,
-                absent_keys, args.num_blocks);
-    v_copy.copy(smem_address(v_tile), args.v_stride_block, args.v_stride_slot, pages, 0, k0, kv_end,
-                absent_keys, args.num_blocks);
+                                       unsigned short* v_tile, const i32*, int k0,
+                                       int kv_end) const {
+    k_copy.copy(smem_address(k_tile), args.k_stride_block, args.k_stride_slot, pages, 0, k0,
+                kv_end);
+    v_copy.copy(smem_address(v_tile), args.v_stride_block, args.v_stride_slot, pages, 0, k0,
+                kv_end);
   }
 };
 
@@ -69,20 +68,11 @@ struct DecodeTileLoader<kHeadDim, kPageSize, false> {
   __device__ __forceinline__ void read_pages(const i32*, int, int) {}
   __device__ __forceinline__ void load(const PagedPrefillArgs& args, unsigned short* k_tile,
                                        unsigned short* v_tile, const i32* block_row, int k0,
-                                       int kv_end, bool absent_keys) const {
-    if (absent_keys) {
-      load_kv_tile<kHeadDim, kPageSize, true>(k_tile, k_cache, args.k_stride_block,
-                                              args.k_stride_slot, k_head_offset, block_row, 0, k0,
-                                              kv_end, args.num_blocks);
-      load_kv_tile<kHeadDim, kPageSize, true>(v_tile, v_cache, args.v_stride_block,
-                                              args.v_stride_slot, v_head_offset, block_row, 0, k0,
-                                              kv_end, args.num_blocks);
-    } else {
-      load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
-                                        k_head_offset, block_row, 0, k0, kv_end);
-      load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
-                                        v_head_offset, block_row, 0, k0, kv_end);
-    }
+                                       int kv_end) const {
+    load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
+                                      k_head_offset, block_row, 0, k0, kv_end);
+    load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
+                                      v_head_offset, block_row, 0, k0, kv_end);
   }
 };
 
@@ -176,8 +166,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   const u32 v_lane_bytes = Layout::bytes(warp * 16 + lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
   const auto load_tile = [&](int entry, int stage) {
     unsigned short* k_tile = stages + stage * 2 * kTileElems;
-    loader.load(args, k_tile, k_tile + kTileElems, block_row, (entry >> 2) * kDecodeBlockN, kv_end,
-                has_absent_keys(static_cast<TileClass>(entry & 3)));
+    loader.load(args, k_tile, k_tile + kTileElems, block_row, (entry >> 2) * kDecodeBlockN, kv_end);
   };
   const auto read_pages = [&](int entry) {
     loader.read_pages(block_row, (entry >> 2) * kDecodeBlockN, kv_end);
@@ -190,9 +179,8 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       TileClass own_class = TileClass::Empty;
       if (own < split_end) {
         const int own_k0 = own * kDecodeBlockN;
-        own_class = classify_tile<kDecodeBlockN, kPageSize>(variant, args, block_row, request,
-                                                            head_lo, head_hi, q_lo, q_hi, own_k0,
-                                                            min(own_k0 + kDecodeBlockN, kv_end));
+        own_class = classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi,
+                                       own_k0, min(own_k0 + kDecodeBlockN, kv_end));
       }
       const bool keep = own_class != TileClass::Empty;
       const unsigned ballot = __ballot_sync(0xffffffffu, keep);
@@ -244,14 +232,10 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
         mma_16816<kBF16>(s[1], a, b[2], b[3]);
       }
 
-      const bool check_elements = checks_elements(tile_class) || k0 + kDecodeBlockN > kv_end;
+      const bool check_elements = tile_class == TileClass::Partial || k0 + kDecodeBlockN > kv_end;
       float tile_max[2] = {neg_inf, neg_inf};
       score_and_mask<2>(variant, args.params, args.scale, rows, k0 + warp * 16 + quad_col * 2,
                         kv_end, check_elements, s, tile_max);
-      if (has_absent_keys(tile_class)) {
-        mask_absent_keys<2, kPageSize, Variant>(args, block_row, k0 + warp * 16 + quad_col * 2,
-                                                kv_end, s, tile_max);
-      }
       float max_scaled[2];
       for (int r = 0; r < 2; ++r) {
         const float new_max = fmaxf(row_max[r], quad_max(tile_max[r]));

@@ -60,70 +60,6 @@ __device__ __forceinline__ KvRange kv_range_for_heads(const Variant& variant,
   }
 }
 
-// The launch's debug word (flexjit.h's bad_index): every array slot holds the same pointer
-// (prepare_arrays, runtime/launch), so slot 0's takes the kernels' own reports too.
-__device__ __forceinline__ i32* debug_word(const PagedPrefillArgs& args) {
-  return args.params.array[0].bad_index;
-}
-
-// Whether block id `id` lies in a cache of num_blocks blocks (num_blocks != 0): one unsigned
-// comparison, which also rejects negative ids.
-__device__ __forceinline__ bool page_in_cache(i32 id, u32 num_blocks) {
-  return static_cast<u32>(id) < num_blocks;
-}
-
-// The class a visited tile is listed with when a page of its keys lies outside the cache (a
-// block id outside [0, num_blocks)): after Empty, Full and Partial (TileClass, shared with the
-// host), the value that tile lists' `tile * 4 + class` has free. Its absent keys are masked as
-// if the mask were false there (mask_absent_keys), so it checks every element whatever the
-// mask's class; its copies zero-fill those keys' rows instead of reading them. Tiles whose pages
-// are all in the cache take the paths they always took.
-enum : int { kAbsentKeysClass = 3 };
-__device__ __forceinline__ bool has_absent_keys(TileClass c) {
-  return static_cast<int>(c) == kAbsentKeysClass;
-}
-// Whether a listed (not Empty) tile of class `c` masks element by element.
-__device__ __forceinline__ bool checks_elements(TileClass c) {
-  return c != TileClass::Full;
-}
-
-// classify_for_heads for the tile of keys [k0, k1) (at most kKeys, k1 <= kv_end) of a paged
-// request, which then, where the launch checks block ids (num_blocks != 0) and the tile is
-// visited, reads the block-table entries of its pages: a tile with one outside the cache is
-// listed kAbsentKeysClass, and the first such entry reported (DebugReport::BlockId: request,
-// logical block, id). Tiles the mask calls Empty are never read, and not looked at.
-template <int kKeys, int kPageSize, class Variant>
-__device__ __forceinline__ TileClass classify_tile(const Variant& variant,
-                                                   const PagedPrefillArgs& args,
-                                                   const i32* block_row, int b, int head_lo,
-                                                   int head_hi, int q_lo, int q_hi, int k0,
-                                                   int k1) {
-  const TileClass c =
-      classify_for_heads(variant, args.params, b, head_lo, head_hi, q_lo, q_hi, k0, k1);
-  if constexpr (kPageSize != 0) {
-    if (c != TileClass::Empty && args.num_blocks != 0) {
-      // Pages of a tile: kKeys / kPageSize where one divides the other, one more otherwise.
-      constexpr int kPages = (kKeys - 1) / kPageSize + 2;
-      const int first = k0 / kPageSize;
-      const int last = (k1 - 1) / kPageSize;
-      i32 ids[kPages];
-#pragma unroll
-      for (int j = 0; j < kPages; ++j)
-        ids[j] = first + j <= last ? block_row[first + j] : 0;
-      int bad = -1;
-#pragma unroll
-      for (int j = kPages - 1; j >= 0; --j)
-        bad = first + j <= last && !page_in_cache(ids[j], args.num_blocks) ? j : bad;
-      if (bad >= 0) {
-        report_debug(debug_word(args), DebugReport::BlockId, b, first + bad,
-                     block_row[first + bad]);
-        return static_cast<TileClass>(kAbsentKeysClass);
-      }
-    }
-  }
-  return c;
-}
-
 // Packed query rows [row0, row0 + rows) of one request against one kv head (GQA packing). Token
 // major (the default): row r is query token r / group with query head kv_head * group +
 // r % group, so a block of rows spans few tokens of every head. Head major (masks that read
@@ -406,59 +342,6 @@ __device__ __forceinline__ void score_and_mask(const Variant& variant, const Mas
   }
 }
 
-// For a tile listed kAbsentKeysClass: the pages of the thread's keys (key0 + 8 j, j < kTiles, as
-// in score_and_mask) that lie outside the cache, one bit each from key0's page. Read in a rolled
-// loop: loads unrolled beside S spilled the wgmma consumer at head dim 64. Keys past the
-// sequence are not looked at (score_and_mask has made them -inf).
-template <int kTiles, int kPageSize>
-__device__ __forceinline__ u32 absent_pages(const PagedPrefillArgs& args, const i32* block_row,
-                                            int key0, int kv_end) {
-  static_assert(kPageSize == 0 || 8 * kTiles / 16 + 1 <= 32, "a bit per page of the keys");
-  u32 absent = 0;
-  if constexpr (kPageSize != 0) {
-    const int first = key0 / kPageSize;
-    const int last = min(key0 + 8 * (kTiles - 1), kv_end - 1) / kPageSize;
-#pragma unroll 1
-    for (int page = first; page <= last; ++page)
-      absent |= page_in_cache(block_row[page], args.num_blocks) ? 0u : 1u << (page - first);
-  }
-  return absent;
-}
-
-// After score_and_mask, for a tile listed kAbsentKeysClass: the thread's elements whose key's
-// page is one of `absent` (absent_pages) become -inf, as if the mask were false there, and the
-// rows' maxima are taken again (scaled as score_and_mask leaves them). A pair of keys key0 + 8 j
-// + e % 2 shares a page (pages hold a multiple of 16 keys).
-template <int kTiles, int kPageSize, class Variant, class Scores>
-__device__ __forceinline__ void mask_absent_keys(float scale, u32 absent, int key0, Scores& s,
-                                                 float (&tile_max)[2]) {
-  if constexpr (kPageSize != 0) {
-    const int first = key0 / kPageSize;
-    tile_max[0] = tile_max[1] = negative_infinity();
-    for (int j = 0; j < kTiles; ++j) {
-      const bool masked = ((absent >> ((key0 + 8 * j) / kPageSize - first)) & 1u) != 0;
-      for (int e = 0; e < 4; ++e) {
-        float& x = s_element(s, j, e);
-        x = masked ? negative_infinity() : x;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
-      }
-    }
-    if (fold_scale<Variant>(scale)) {
-      tile_max[0] *= scale;
-      tile_max[1] *= scale;
-    }
-  }
-}
-// Both in one, where the registers allow reading the pages beside S.
-template <int kTiles, int kPageSize, class Variant, class Scores>
-__device__ __forceinline__ void mask_absent_keys(const PagedPrefillArgs& args, const i32* block_row,
-                                                 int key0, int kv_end, Scores& s,
-                                                 float (&tile_max)[2]) {
-  mask_absent_keys<kTiles, kPageSize, Variant>(
-      args.scale, absent_pages<kTiles, kPageSize>(args, block_row, key0, kv_end), key0, s,
-      tile_max);
-}
-
 // The online-softmax step of a thread's two rows (quad_row and quad_row + 8 of an m16 tile) for
 // a tile whose per-thread maxima are `tile_max`: the rows' new maxima (over the quad), those
 // maxima in log2 units (P = exp2(x * log2e - max_scaled)), and the factor that the running sums
@@ -588,44 +471,24 @@ struct KvTileCopy {
 
   // Keys [k0, k0 + kRows) into the tile at shared address `tile`, with their pages from
   // read_pages; keys at or past kv_end are zeroed and read nothing. kPageSize == 0: key j is row
-  // first_row + j. Keys are never negative: the slot is an unsigned remainder. With absent_keys
-  // (a tile listed kAbsentKeysClass), keys whose page lies outside the launch's num_blocks are
-  // zeroed too, through a copy of their own, so that other tiles' passes test nothing more. (A
-  // flag and the launch's num_blocks rather than one value that is 0 for other tiles: the flag
-  // takes a predicate register and num_blocks stays in the parameter bank, where one register
-  // more spilled the head-dim-256 producer.)
+  // first_row + j. Keys are never negative: the slot is an unsigned remainder.
   __device__ __forceinline__ void copy(u32 tile, i64 stride_block, i64 stride_slot,
                                        const i32 (&pages)[kPages], i64 first_row, int k0,
-                                       int kv_end, bool absent_keys = false,
-                                       u32 num_blocks = 0) const {
-    if (absent_keys) {
-      copy_keys<true>(tile, stride_block, stride_slot, pages, first_row, k0, kv_end, num_blocks);
-    } else {
-      copy_keys<false>(tile, stride_block, stride_slot, pages, first_row, k0, kv_end, 0);
-    }
-  }
-
-  template <bool kCheckPages>
-  __device__ __forceinline__ void copy_keys(u32 tile, i64 stride_block, i64 stride_slot,
-                                            const i32 (&pages)[kPages], i64 first_row, int k0,
-                                            int kv_end, u32 num_blocks) const {
+                                       int kv_end) const {
     // Fully unrolled up to 8 passes; at head dim 256 (16) by four, which keeps the producer
-    // within its 56 registers. The checked copy (a tile with absent keys) is rolled: unrolled
-    // beside the copies of the normal path it spilled the producer.
-#pragma unroll(kCheckPages ? 1 : (kPasses > 8 ? 4 : kPasses))
+    // within its 56 registers.
+#pragma unroll(kPasses > 8 ? 4 : kPasses)
     for (int pass = 0; pass < kPasses; ++pass) {
       const int row = row0 + pass * kRowsPerPass;
       const int key = k0 + row;
       i64 offset;
-      bool valid = key < kv_end;
       if constexpr (kPageSize == 0) {
         offset = (first_row + key) * stride_slot;
       } else {
-        const i32 page = entry(pages, page_of(pass));
-        if constexpr (kCheckPages) valid = valid && page_in_cache(page, num_blocks);
-        offset = static_cast<i64>(static_cast<u32>(page)) * stride_block +
+        offset = static_cast<i64>(static_cast<u32>(entry(pages, page_of(pass)))) * stride_block +
                  static_cast<i64>(static_cast<u32>(key) % kPageSize) * stride_slot;
       }
+      const bool valid = key < kv_end;
       cp_async_16_shared(tile + Layout::bytes(row, chunk), valid ? base + offset : base, valid);
     }
   }
@@ -658,75 +521,31 @@ __device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedP
 // Copies kPrefillBlockN rows of one kv head starting at key k0 into shared memory; rows at or
 // past `kv_end` are zeroed (never read), so block-table entries past the sequence are
 // untouched. kPageSize == 0 is the contiguous (encoder) layout: key j of the request is row
-// `first_row + j` at `stride_slot`, and there is no block table. With kCheckPages (a tile listed
-// kAbsentKeysClass), rows whose page lies outside the launch's num_blocks are zeroed too.
-template <int kHeadDim, int kPageSize, bool kCheckPages = false>
+// `first_row + j` at `stride_slot`, and there is no block table.
+template <int kHeadDim, int kPageSize>
 __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigned short* cache,
                                              i64 stride_block, i64 stride_slot, i64 head_offset,
                                              const i32* block_row, i64 first_row, int k0,
-                                             int kv_end, u32 num_blocks = 0) {
+                                             int kv_end) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   constexpr int kChunks = kPrefillBlockN * kChunksPerRow;
-  // Unrolled by two, the checked copy rolled, as KvTileCopy's. (Both unrolled, or the loops
-  // left to the compiler's choice, spilled the head-dim-256 mma.sync kernel; the plain copy
-  // fully unrolled beside the checked one spilled causal, causal_alibi and prefix_ranges at
-  // head dims 64 and 128, 20-52 bytes.)
-#pragma unroll(kCheckPages ? 1 : 2)
   for (int c = threadIdx.x; c < kChunks; c += kPrefillThreads) {
     const int row = c / kChunksPerRow;
     const int chunk = c % kChunksPerRow;
     const int key = k0 + row;
-    bool valid = key < kv_end;
+    const bool valid = key < kv_end;
     const unsigned short* src = cache;
     if (valid) {
       if constexpr (kPageSize == 0) {
         src = cache + (first_row + key) * stride_slot + head_offset + chunk * 8;
       } else {
-        const i32 block = block_row[key / kPageSize];
-        if constexpr (kCheckPages) valid = page_in_cache(block, num_blocks);
-        src = valid ? cache + static_cast<i64>(block) * stride_block +
-                          (key % kPageSize) * stride_slot + head_offset + chunk * 8
-                    : cache;
+        const i64 block = block_row[key / kPageSize];
+        src = cache + block * stride_block + (key % kPageSize) * stride_slot + head_offset +
+              chunk * 8;
       }
     }
     cp_async_16(tile + PaddedRows<kHeadDim>::offset(row, chunk), src, valid);
   }
-}
-
-// A direct launch's grid has the rows of args.max_query_len query tokens per request: a
-// request with more (the host's copy was wrong) would leave rows unwritten. Its rows are zeroed
-// instead of computed (out 0, lse -inf, as rows with no visible key), and it is reported
-// (DebugReport::QueryLength: request, query rows, max_query_len). Every CTA of the request and
-// kv head (its row block `block`, read by packed_rows_of) zeroes row blocks blockIdx.x,
-// blockIdx.x + gridDim.x, ... of the kv head's rows, with all its threads (every role of the
-// wgmma kernel). Returns whether the request is too long; planned launches are never.
-template <int kBlockM, int kHeadDim, int kPageSize>
-__device__ __forceinline__ bool zero_long_request(const PagedPrefillArgs& args,
-                                                  const PackedRows& block, int request) {
-  const int query_len = block.packed_rows / block.group;
-  if (args.work_items != nullptr || query_len <= args.max_query_len) return false;
-  if (blockIdx.x == 0 && block.kv_head == 0 && threadIdx.x == 0) {
-    report_debug(debug_word(args), DebugReport::QueryLength, request, query_len,
-                 args.max_query_len);
-  }
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  unsigned short* out =
-      static_cast<unsigned short*>(args.out) + out_batch_offset<kPageSize>(args, request);
-  for (int row0 = static_cast<int>(blockIdx.x) * kBlockM; row0 < block.packed_rows;
-       row0 += static_cast<int>(gridDim.x) * kBlockM) {
-    for (int c = threadIdx.x; c < kBlockM * kChunksPerRow; c += blockDim.x) {
-      const int packed = row0 + c / kChunksPerRow;
-      if (packed >= block.packed_rows) break;
-      const i64 token = block.token(packed);
-      const i64 head = block.head(packed);
-      *reinterpret_cast<uint4*>(out + token * args.out_stride_token + head * args.out_stride_head +
-                                (c % kChunksPerRow) * 8) = make_uint4(0u, 0u, 0u, 0u);
-      if (args.lse != nullptr && c % kChunksPerRow == 0) {
-        args.lse[token * args.lse_stride_token + head] = negative_infinity();
-      }
-    }
-  }
-  return true;
 }
 
 // Packed query rows [row0, row0 + kPrefillBlockM) of `request` against kv head `kv_head`.
@@ -750,7 +569,6 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   const PackedRows block = packed_rows_of(args, request, kv_head, row0, kPrefillBlockM,
                                           kPageSize == 0, Variant::kUsesHead);
   if (row0 >= block.packed_rows) return;
-  if (zero_long_request<kPrefillBlockM, kHeadDim, kPageSize>(args, block, request)) return;
   const int key_begin = block.key_begin;
   const int packed_rows = block.packed_rows;
   const int seq_len = block.seq_len;
@@ -827,9 +645,9 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
       const int own = tile + static_cast<int>(threadIdx.x);
       if (own < end_tile) {
         const int own_k0 = own * kPrefillBlockN;
-        tile_classes[threadIdx.x] = classify_tile<kPrefillBlockN, kPageSize>(
-            variant, args, block_row, request, head_lo, head_hi, q_lo, q_hi, own_k0,
-            min(own_k0 + kPrefillBlockN, kv_end));
+        tile_classes[threadIdx.x] =
+            classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi, own_k0,
+                               min(own_k0 + kPrefillBlockN, kv_end));
       }
       __syncthreads();
     }
@@ -837,23 +655,10 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     if (tile_class == TileClass::Empty) continue;
 
     __syncthreads();  // every warp is done reading the previous K/V tile
-    if (has_absent_keys(tile_class)) {
-      load_kv_tile<kHeadDim, kPageSize, true>(k_tile, k_cache, args.k_stride_block,
-                                              args.k_stride_slot, k_head_offset, block_row,
-                                              key_begin, k0, kv_end, args.num_blocks);
-      load_kv_tile<kHeadDim, kPageSize, true>(v_tile, v_cache, args.v_stride_block,
-                                              args.v_stride_slot, v_head_offset, block_row,
-                                              key_begin, k0, kv_end, args.num_blocks);
-    } else {
-      load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
-                                        k_head_offset, block_row, key_begin, k0, kv_end);
-      load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
-                                        v_head_offset, block_row, key_begin, k0, kv_end);
-    }
-    // Read before S is live: at head dim 256 the kernel has no register to spare beside it.
-    const u32 absent = has_absent_keys(tile_class) ? absent_pages<kNTilesS, kPageSize>(
-                                                         args, block_row, k0 + quad_col * 2, kv_end)
-                                                   : 0u;
+    load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
+                                      k_head_offset, block_row, key_begin, k0, kv_end);
+    load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
+                                      v_head_offset, block_row, key_begin, k0, kv_end);
     cp_async_wait_all();
     __syncthreads();
 
@@ -877,14 +682,10 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
 
     // Scale, score_mod, mask (per element only where the tile is Partial or runs past the
     // sequence), then the online-softmax update.
-    const bool check_elements = checks_elements(tile_class) || k0 + kPrefillBlockN > kv_end;
+    const bool check_elements = tile_class == TileClass::Partial || k0 + kPrefillBlockN > kv_end;
     float tile_max[2] = {neg_inf, neg_inf};
     score_and_mask<kNTilesS>(variant, args.params, args.scale, rows, k0 + quad_col * 2, kv_end,
                              check_elements, s, tile_max);
-    if (has_absent_keys(tile_class)) {
-      mask_absent_keys<kNTilesS, kPageSize, Variant>(args.scale, absent, k0 + quad_col * 2, s,
-                                                     tile_max);
-    }
     float rescale[2];
     float max_scaled[2];
     update_row_max(tile_max, row_max, row_sum, max_scaled, rescale);

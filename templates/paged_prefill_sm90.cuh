@@ -87,7 +87,6 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   const PackedRows block =
       packed_rows_of(args, request, kv_head, row0, kBlockM, kPageSize == 0, Variant::kUsesHead);
   if (row0 >= block.packed_rows) return;
-  if (zero_long_request<kBlockM, kHeadDim, kPageSize>(args, block, request)) return;
   const int key_begin = block.key_begin;
   const int seq_len = block.seq_len;
   const int q_lo = block.q_lo();
@@ -176,9 +175,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       TileClass own_class = TileClass::Empty;
       if (!kProducer && own < end_tile) {
         const int own_k0 = own * kBlockN;
-        own_class =
-            classify_tile<kBlockN, kPageSize>(variant, args, block_row, request, head_lo, head_hi,
-                                              q_lo, q_hi, own_k0, min(own_k0 + kBlockN, kv_end));
+        own_class = classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi,
+                                       own_k0, min(own_k0 + kBlockN, kv_end));
       }
       if (kQDuringListing && next == first_tile) {
         cp_async_wait_all();
@@ -229,7 +227,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
             const int kv = min(k0 + own_key, kv_end - 1);
             own_terms.score = variant.score_key_terms(
                 args.params, request, kv, variant.score_request_terms(args.params, request));
-            if (checks_elements(static_cast<TileClass>(tile_list[i] % 4)) ||
+            if (static_cast<TileClass>(tile_list[i] % 4) == TileClass::Partial ||
                 k0 + kBlockN > kv_end) {
               own_terms.mask = variant.mask_key_terms(
                   args.params, request, kv, variant.mask_request_terms(args.params, request));
@@ -251,11 +249,9 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           if (own_key < kBlockN) key_terms[stage * kBlockN + own_key] = own_terms;
         }
         const u32 k_tile = stages_address + stage * 2 * kTileBytes;
-        const bool absent_keys = has_absent_keys(static_cast<TileClass>(tile_list[i] % 4));
-        k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0, kv_end,
-                    absent_keys, args.num_blocks);
+        k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0, kv_end);
         v_copy.copy(k_tile + kTileBytes, args.v_stride_block, args.v_stride_slot, pages, key_begin,
-                    k0, kv_end, absent_keys, args.num_blocks);
+                    k0, kv_end);
         cp_async_commit();
         if (i > 0 && !report_first) {
           cp_async_wait<1>();
@@ -377,16 +373,12 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(variant, args.params, args.scale,
                                                                  rows, key0, kv_end, true, s,
                                                                  tile_max, staged, window);
-        } else if (checks_elements(tile_class) || k0 + kBlockN > kv_end) {
+        } else if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
               variant, args.params, args.scale, rows, key0, kv_end, true, s, tile_max, staged);
         } else {
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
               variant, args.params, args.scale, rows, key0, kv_end, false, s, tile_max, staged);
-        }
-        if (has_absent_keys(tile_class)) {
-          mask_absent_keys<kBlockN / 8, kPageSize, Variant>(args, block_row, key0, kv_end, s,
-                                                            tile_max);
         }
         float max_scaled[2];
         float rescale[2];
