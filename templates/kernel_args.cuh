@@ -161,10 +161,46 @@ struct PagedPrefillArgs {
   // (row tile, request, kv head) of the grid.
   const WorkCounts* work_counts;
   const PrefillWorkItem* work_items;
+
+  // Attention sinks (since 0.7), or null: [num_heads] float32 logits, one per query head, each
+  // joining its head's every row's softmax denominator once, with no value (finish_row).
+  const float* sinks;
 };
 
 static_assert(sizeof(const i32*) == sizeof(i64),
               "the unions of PagedPrefillArgs pair 8-byte fields");
+
+// How a row of attention ends: its output is the accumulator times `scale`, its LSE `lse`.
+struct RowFinish {
+  float scale;
+  float lse;
+};
+
+// From the row's largest score `row_max` (natural log) and `total`, the sum of exp(s - row_max)
+// over its visible keys; `sink` is its head's sink logit (-inf: none), which joins the
+// denominator once: lse = log(sum of exp(s) + exp(sink)). A row with no visible key gets out 0
+// and lse -inf, or the sink. One function for every kernel and the CPU backend, so that they
+// agree on the edge cases.
+FJ_HD RowFinish finish_row(float row_max, float total, float sink) {
+  const float neg_inf = bits_to_float(static_cast<i32>(0xff800000u));
+  if (sink == neg_inf) {
+    return total > 0.0f ? RowFinish{1.0f / total, row_max + logf(total)} : RowFinish{0.0f, neg_inf};
+  }
+  if (!(total > 0.0f)) return RowFinish{0.0f, sink};
+  // exp as exp2 of x log2(e) and a reciprocal, as the kernels' softmax computes it: the
+  // accurate expf and division took registers the mma.sync epilogue does not have at head dim
+  // 256 (spills).
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float m = fmaxf(row_max, sink);
+  const float kept = exp2f((row_max - m) * kLog2e);
+  const float sum = total * kept + exp2f((sink - m) * kLog2e);
+  return RowFinish{kept * (1.0f / sum), m + logf(sum)};
+}
+
+// Head `head`'s sink logit, -inf where the call has none.
+FJ_HD float sink_of(const float* sinks, i64 head) {
+  return sinks != nullptr ? sinks[head] : bits_to_float(static_cast<i32>(0xff800000u));
+}
 
 // Contiguous (page size 0) calls, fj_varlen_attention: where sequence `seq`'s rows begin in out,
 // K and V (element offsets: the batch strides; packed_rows_of adds q's), and its keys' first row
@@ -256,7 +292,8 @@ struct MergeStatesArgs {
   i64 lse_a_stride_token, lse_b_stride_token, lse_stride_token;
   i32 num_tokens;
   i32 num_heads;
-  i32 head_dim;  // a multiple of 8
+  i32 head_dim;        // a multiple of 8
+  const float* sinks;  // since 0.7, or null: [num_heads] logits joining each merged row once
 };
 
 constexpr int kMergeStatesThreads = 256;

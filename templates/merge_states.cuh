@@ -3,7 +3,9 @@
 // For each (token, head) row, with m = max(lse_a, lse_b), w_a = exp(lse_a - m),
 // w_b = exp(lse_b - m):
 //   out = (w_a out_a + w_b out_b) / (w_a + w_b),  lse = m + log(w_a + w_b).
-// A row empty on both sides (both lse -inf) gives out 0 and lse -inf, never NaN.
+// A row empty on both sides (both lse -inf) gives out 0 and lse -inf, never NaN. With sinks
+// (since 0.7), the row's head's sink joins the merged denominator once: the partials must leave
+// it out, and a row empty on both sides gets out 0 and lse = the sink.
 #pragma once
 
 #include "fj_device.cuh"
@@ -29,8 +31,9 @@ __device__ __forceinline__ void merge_states(const MergeStatesArgs& args) {
   const bool empty = m == negative_infinity();
   const float w_a = empty ? 0.0f : expf(lse_a - m);
   const float w_b = empty ? 0.0f : expf(lse_b - m);
-  const float total = w_a + w_b;
-  const float inv = empty ? 0.0f : 1.0f / total;
+  // With sinks, the head's sink joins the merged denominator (finish_row).
+  const RowFinish finished = finish_row(m, w_a + w_b, sink_of(args.sinks, head));
+  const float inv = finished.scale;
 
   const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(args.out_a) +
                                                   token * args.out_a_stride_token +
@@ -58,7 +61,7 @@ __device__ __forceinline__ void merge_states(const MergeStatesArgs& args) {
                             head * args.out_stride_head + d) =
       make_uint4(merged[0], merged[1], merged[2], merged[3]);
   if (args.lse != nullptr && d == 0) {
-    args.lse[token * args.lse_stride_token + head] = empty ? m : m + logf(total);
+    args.lse[token * args.lse_stride_token + head] = finished.lse;
   }
 }
 

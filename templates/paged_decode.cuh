@@ -303,8 +303,12 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       total += weight * warp_l[w * kDecodeRows + row];
     }
     const float own = m == neg_inf ? 0.0f : exp2f((row_max[r] - m) * kLog2e);
-    const float share = total > 0.0f ? own / total : 0.0f;
-    row_lse[r] = total > 0.0f ? m + logf(total) : neg_inf;
+    // The head's sink joins the row here when the item is the row's only split, else in the
+    // merge: split partials leave it out, so that it is counted once.
+    const float sink = item.num_splits == 1 ? sink_of(args.sinks, block.head(row0 + row)) : neg_inf;
+    const RowFinish finished = finish_row(m, total, sink);
+    const float share = own * finished.scale;
+    row_lse[r] = finished.lse;
     for (int j = 0; j < kNTilesO; ++j) {
       warp_o[((warp * kNTilesO + j) * 2 + r) * 32 + lane] =
           make_float2(o[j][2 * r] * share, o[j][2 * r + 1] * share);
@@ -452,10 +456,13 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   }
   for (int lanes = 1; lanes < kParts; lanes *= 2)
     merged_total += __shfl_xor_sync(0xffffffffu, merged_total, lanes);
-  if (part == 0) merged[lse_row] = merged_total > 0.0f ? 1.0f / merged_total : 0.0f;
-  if (args.lse != nullptr && part == 0 && lse_row_valid) {
-    *lse_slot(lse_row) = merged_total > 0.0f ? merged_max + logf(merged_total) : neg_inf;
-  }
+  // The splits' weights are exp(lse - merged_max): the sum of their exponentials is
+  // merged_total * exp(merged_max), and the head's sink joins it once, here.
+  const RowFinish finished =
+      finish_row(merged_max, merged_total,
+                 lse_row_valid ? sink_of(args.sinks, block.head(row0 + lse_row)) : neg_inf);
+  if (part == 0) merged[lse_row] = finished.scale;
+  if (args.lse != nullptr && part == 0 && lse_row_valid) *lse_slot(lse_row) = finished.lse;
   __syncthreads();
   for (int p = 0; p < kOwnPieces; ++p) {
     const int piece = static_cast<int>(threadIdx.x) + p * kDecodeThreads;

@@ -730,15 +730,15 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     if (!row_valid[i]) continue;
     const int packed = row0 + warp * 16 + quad_row + i * 8;
     const i64 token = block.token(packed);
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    const RowFinish finished = finish_row(row_max[i], total, sink_of(args.sinks, rows.head[i]));
+    const float inv = finished.scale;
     u32* out_row = reinterpret_cast<u32*>(out + token * args.out_stride_token +
                                           static_cast<i64>(rows.head[i]) * args.out_stride_head);
     for (int j = 0; j < kNTilesO; ++j) {
       out_row[j * 4 + quad_col] = pack_2x16<kBF16>(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
     }
     if (args.lse != nullptr && quad_col == 0) {
-      args.lse[token * args.lse_stride_token + rows.head[i]] =
-          total > 0.0f ? row_max[i] + logf(total) : neg_inf;
+      args.lse[token * args.lse_stride_token + rows.head[i]] = finished.lse;
     }
   }
 }

@@ -433,23 +433,25 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
     // Normalise and write. Each quad holds a full row; the row sum is reduced across it.
     unsigned short* out =
         static_cast<unsigned short*>(args.out) + out_batch_offset<kPageSize>(args, request);
-    const auto write_lse = [&](int r, float total) {
+    const auto finish = [&](int r) {
+      return finish_row(row_max[r], quad_sum(row_sum[r]), sink_of(args.sinks, rows.head[r]));
+    };
+    const auto write_lse = [&](int r, float lse) {
       const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
       if (args.lse != nullptr && quad_col == 0 && packed < block.packed_rows) {
         const i64 token = block.token(packed);
-        args.lse[token * args.lse_stride_token + rows.head[r]] =
-            total > 0.0f ? row_max[r] + logf(total) : neg_inf;
+        args.lse[token * args.lse_stride_token + rows.head[r]] = lse;
       }
     };
     if constexpr (kHeadDim <= 128) {
       // The warp's 16 rows go through its own rows of the Q tile (no wgmma reads them any
       // more: the warpgroup's last S is done), so that they leave in 16-byte stores of whole
       // rows. (At head dim 256 the consumers have no registers to spare for it: ptxas spills.)
-      float total[2];
+      RowFinish finished[2];
       float inv[2];
       for (int r = 0; r < 2; ++r) {
-        total[r] = quad_sum(row_sum[r]);
-        inv[r] = total[r] > 0.0f ? 1.0f / total[r] : 0.0f;
+        finished[r] = finish(r);
+        inv[r] = finished[r].scale;
       }
       using QLayout = Swizzled128Rows<kBlockM>;
       const int warp_row0 = consumer_warp * 16;
@@ -480,15 +482,15 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
                                   head * args.out_stride_head + chunk * 8) =
             *reinterpret_cast<const uint4*>(q_tile + QLayout::offset(warp_row0 + row, chunk));
       }
-      write_lse(0, total[0]);
-      write_lse(1, total[1]);
+      write_lse(0, finished[0].lse);
+      write_lse(1, finished[1].lse);
     } else {
       for (int r = 0; r < 2; ++r) {
-        const float total = quad_sum(row_sum[r]);
+        const RowFinish finished = finish(r);
         const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
         if (packed >= block.packed_rows) continue;
         const i64 token = block.token(packed);
-        const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+        const float inv = finished.scale;
         u32* out_row =
             reinterpret_cast<u32*>(out + token * args.out_stride_token +
                                    static_cast<i64>(rows.head[r]) * args.out_stride_head);
@@ -496,7 +498,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           const float* acc = &o[j / 8][4 * (j % 8) + 2 * r];
           out_row[j * 4 + quad_col] = pack_2x16<kBF16>(acc[0] * inv, acc[1] * inv);
         }
-        write_lse(r, total);
+        write_lse(r, finished.lse);
       }
     }
   }

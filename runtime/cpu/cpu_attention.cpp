@@ -440,15 +440,13 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
   uint16_t* out = static_cast<uint16_t*>(args.out) + batch * args.out_stride_batch;
   for (int i = 0; i < rows; ++i) {
     const int64_t token = token_begin + (item.row0 + i) / group;
-    const float total = sc.row_sum[i];
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    const fj::RowFinish finished =
+        fj::finish_row(sc.row_max[i], sc.row_sum[i], fj::sink_of(args.sinks, row_head[i]));
+    const float inv = finished.scale;
     uint16_t* dst = out + token * args.out_stride_token + row_head[i] * args.out_stride_head;
     for (int d = 0; d < kHeadDim; ++d)
       dst[d] = to_bits(sc.o[i * kHeadDim + d] * inv, dtype);
-    if (args.lse != nullptr) {
-      args.lse[token * args.lse_stride_token + row_head[i]] =
-          total > 0.0f ? sc.row_max[i] + std::log(total) : kNegInf;
-    }
+    if (args.lse != nullptr) args.lse[token * args.lse_stride_token + row_head[i]] = finished.lse;
   }
 }
 
@@ -628,8 +626,8 @@ void merge_states(const fj::MergeStatesArgs& args, bool bf16, ThreadPool& pool) 
       const bool empty = m == kNegInf;
       const float w_a = empty ? 0.0f : std::exp(lse_a - m);
       const float w_b = empty ? 0.0f : std::exp(lse_b - m);
-      const float total = w_a + w_b;
-      const float inv = empty ? 0.0f : 1.0f / total;
+      const fj::RowFinish finished = fj::finish_row(m, w_a + w_b, fj::sink_of(args.sinks, head));
+      const float inv = finished.scale;
       const uint16_t* a = out_a + token * args.out_a_stride_token + head * args.out_a_stride_head;
       const uint16_t* b = out_b + token * args.out_b_stride_token + head * args.out_b_stride_head;
       // A side of weight 0 is skipped, so garbage (even NaN) in an empty partial cannot leak.
@@ -643,9 +641,7 @@ void merge_states(const fj::MergeStatesArgs& args, bool bf16, ThreadPool& pool) 
       uint16_t* dst = out + token * args.out_stride_token + head * args.out_stride_head;
       for (int d = 0; d < args.head_dim; ++d)
         dst[d] = to_bits(merged[d], dtype);
-      if (args.lse != nullptr) {
-        args.lse[token * args.lse_stride_token + head] = empty ? m : m + std::log(total);
-      }
+      if (args.lse != nullptr) args.lse[token * args.lse_stride_token + head] = finished.lse;
     }
   });
 }

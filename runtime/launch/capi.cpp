@@ -218,6 +218,14 @@ std::optional<Failure> prepare_arrays(const fj_kernel& kernel, const fj_array* a
   return std::nullopt;
 }
 
+// The sinks array of 0.7 (flexjit.h): null, or float32 elements.
+std::optional<Failure> check_sinks(const float* sinks) {
+  if (reinterpret_cast<std::uintptr_t>(sinks) % alignof(float) != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, "sinks is not 4-byte aligned");
+  }
+  return std::nullopt;
+}
+
 std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const int32_t* params,
                                                 int32_t num_params, const fj_array* arrays,
                                                 int32_t num_arrays, int32_t* bad_index,
@@ -250,6 +258,7 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
     return fail(FJ_ERROR_INVALID_ARGUMENT,
                 "kernel was created with page_size 0 (contiguous K/V): use fj_varlen_attention");
   }
+  if (auto f = check_sinks(a.sinks)) return f;
   if (auto f = require_non_negative({{"num_tokens", a.num_tokens},
                                      {"num_reqs", a.num_reqs},
                                      {"max_query_len", a.max_query_len},
@@ -325,6 +334,7 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
   device.num_heads = a.num_heads;
   device.num_kv_heads = a.num_kv_heads;
   device.max_blocks_per_req = a.max_blocks_per_req;
+  device.sinks = a.sinks;
   return std::nullopt;
 }
 
@@ -340,6 +350,7 @@ std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
                 "kernel was created for a paged cache: use fj_paged_attention, or create it with "
                 "page_size 0");
   }
+  if (auto f = check_sinks(a.sinks)) return f;
   if (auto f = require_non_negative({{"num_tokens", a.num_tokens},
                                      {"num_seqs", a.num_seqs},
                                      {"max_seq_len", a.max_seq_len},
@@ -408,6 +419,7 @@ std::optional<Failure> prepare_varlen_args(const fj_kernel& kernel,
   device.num_reqs = a.num_seqs;
   device.num_heads = a.num_heads;
   device.num_kv_heads = a.num_kv_heads;
+  device.sinks = a.sinks;
   return std::nullopt;
 }
 
@@ -1061,6 +1073,7 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
             flexjit::require_aligned_16({{"out_a", a.out_a}, {"out_b", a.out_b}, {"out", a.out}})) {
       return f;
     }
+    if (auto f = flexjit::check_sinks(a.sinks)) return f;
     if (a.lse != nullptr && (a.lse == a.lse_a || a.lse == a.lse_b)) {
       return fail(FJ_ERROR_INVALID_ARGUMENT, "lse must not alias lse_a or lse_b");
     }
@@ -1104,6 +1117,7 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
     device.num_tokens = a.num_tokens;
     device.num_heads = a.num_heads;
     device.head_dim = a.head_dim;
+    device.sinks = a.sinks;
     if (a.device == FJ_DEVICE_CPU) {
       flexjit::cpu::merge_states(device, a.dtype == FJ_DTYPE_BF16,
                                  flexjit::cpu::ThreadPool::shared());

@@ -7,6 +7,7 @@
 // Input: the first byte picks the target; for `run`, the next 24 bytes are the numeric options
 // and the rest is "query lens\ncontext lens"; for `--set`, the next 10 bytes choose the
 // parameter's type, dimensions, b and h, and the rest is the literal.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -53,11 +54,14 @@ void fuzz_run_shape(Reader in) {
   shape.encoder = flags & 4;
   shape.cpu = flags & 8;
   shape.scale = (flags & 16) ? std::numeric_limits<float>::infinity() : 0.0f;
-  const std::string_view rest = in.rest();
-  const size_t newline = rest.find('\n');
-  shape.query_lens = std::string(rest.substr(0, newline));
-  shape.context_lens =
-      newline == std::string_view::npos ? std::string() : std::string(rest.substr(newline + 1));
+  // Lines: query lengths, context lengths, sinks.
+  std::string_view rest = in.rest();
+  std::string* const lines[] = {&shape.query_lens, &shape.context_lens, &shape.sinks};
+  for (std::string* line : lines) {
+    const size_t newline = rest.find('\n');
+    *line = std::string(rest.substr(0, newline));
+    rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+  }
 
   auto batch = flexjit::cli::check_run_shape(shape);
   if (!batch) {
@@ -70,6 +74,10 @@ void fuzz_run_shape(Reader in) {
   FUZZ_REQUIRE(shape.num_heads > 0 && shape.num_kv_heads > 0 &&
                shape.num_heads % shape.num_kv_heads == 0);
   FUZZ_REQUIRE(shape.iterations >= 0 && shape.iterations <= flexjit::cli::kMaxRunIterations);
+  FUZZ_REQUIRE(batch->sinks.empty() == shape.sinks.empty());
+  FUZZ_REQUIRE(batch->sinks.empty() || batch->sinks.size() == size_t(shape.num_heads));
+  for (const float sink : batch->sinks)
+    FUZZ_REQUIRE(!std::isnan(sink) && sink != std::numeric_limits<float>::infinity());
   FUZZ_REQUIRE(!batch->query_lens.empty());
   FUZZ_REQUIRE(batch->query_lens.size() == batch->context_lens.size());
   FUZZ_REQUIRE(batch->query_lens.size() <= flexjit::cli::kMaxRunRequests);

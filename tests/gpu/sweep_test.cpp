@@ -1,6 +1,7 @@
 // [gpu] correctness sweep: a few hundred paged and encoder attention calls, each checked
 // against the float64 reference on random inputs (tools/check/paged_check), over masks x scores
-// x head dims x dtypes x page sizes x GQA groups x KV layouts x query-length mixes.
+// x head dims x dtypes x page sizes x GQA groups x KV layouts x query-length mixes x launches x
+// attention sinks.
 // The full product is far too large; the configurations come from a seeded, deterministic
 // covering design instead: [sweep] holds every pair of values of any two axes at least once,
 // [sweep-reduced] every value of every axis (few enough for compute-sanitizer). Each distinct
@@ -23,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -51,6 +53,7 @@ enum AxisId {
   kLayout,
   kQueries,
   kLaunch,
+  kSinks,
   kNumAxes
 };
 constexpr int kNumKernelAxes = kGroup;
@@ -94,7 +97,8 @@ const Space& paged_space() {
        {"gqa", kGroups},
        {"layout", {"NHD", "HND", "NHD_JOINT", "HND_JOINT", "NHD_2D"}},
        {"queries", {"decode", "prefill", "mixed", "long_context", "long_decode"}},
-       {"launch", {"direct", "planned", "graph"}}}};
+       {"launch", {"direct", "planned", "graph"}},
+       {"sinks", {"none", "sinks"}}}};
   return space;
 }
 
@@ -109,7 +113,8 @@ const Space& encoder_space() {
                             {"gqa", kGroups},
                             {"layout", {"contiguous"}},
                             {"queries", {"packed", "long"}},
-                            {"launch", {"direct"}}}};
+                            {"launch", {"direct"}},
+                            {"sinks", {"none", "sinks"}}}};
   return space;
 }
 
@@ -398,6 +403,14 @@ SweepCase make_case(const Space& space, const Row& row, int index, uint64_t seed
   result.window = kWindows[rng.below(std::size(kWindows))];
   config.params.assign(num_params, 0);
   config.params[window_slot] = result.window;
+  // Sink logits around a row's LSE over a few hundred keys (so that they move the result), and
+  // at times a head without one (-inf).
+  if (value(kSinks) == "sinks") {
+    for (int h = 0; h < config.num_heads; ++h) {
+      config.sinks.push_back(rng.below(5) == 0 ? -std::numeric_limits<float>::infinity()
+                                               : static_cast<float>(rng.between(-20, 80)) / 10);
+    }
+  }
   return result;
 }
 
@@ -449,6 +462,7 @@ std::string describe(const SweepCase& sweep_case) {
       "--seed {} --iterations 0",
       config.head_dim, config.dtype == FJ_DTYPE_BF16 ? "bf16" : "fp16", config.num_heads,
       config.num_kv_heads, fmt::join(config.query_lens, ","), sweep_case.window, config.seed);
+  if (!config.sinks.empty()) command += fmt::format(" --sinks {}", fmt::join(config.sinks, ","));
   const std::string& layout = sweep_case.space->axes[kLayout].values[sweep_case.row[kLayout]];
   if (config.contiguous) {
     command += " --encoder";

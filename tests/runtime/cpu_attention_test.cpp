@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <stdexcept>
@@ -315,6 +316,26 @@ TEST_CASE("CPU: rows with no visible key give 0 and lse -inf", "[cpu]") {
   const flexjit::PagedCheckReport report = check(config);
   CHECK(report.visible_pairs == 0);
   correct(config, report);
+}
+
+TEST_CASE("CPU: attention sinks join each row's denominator once", "[cpu]") {
+  // Sinks around the rows' LSEs, a head without one (-inf); rows with no visible key (a window
+  // of 0 or less) get out 0 and lse = their head's sink.
+  flexjit::PagedCheckConfig config;
+  config.mask = GENERATE("causal", "sliding", "document");
+  config.score = GENERATE("", "softcap");
+  if (!config.score.empty()) config.defines.push_back({"cap", "2.5"});
+  config.num_heads = 6;
+  config.num_kv_heads = 2;
+  config.head_dim = 64;
+  config.contiguous = GENERATE(false, true);
+  config.query_lens = {1, 90, 33};
+  config.context_lens =
+      config.contiguous ? std::vector<int>{0, 0, 0} : std::vector<int>{300, 17, 0};
+  config.params = params_with_window(GENERATE(50, -3));
+  config.sinks = {0.5f, 3.0f, -std::numeric_limits<float>::infinity(), 6.0f, -2.0f, 1.0f};
+  INFO(config.mask << " " << config.score << (config.contiguous ? " encoder" : " paged"));
+  correct(config, check(config));
 }
 
 TEST_CASE("CPU: softmax scales other than 1/sqrt(d)", "[cpu]") {

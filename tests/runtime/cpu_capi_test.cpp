@@ -17,6 +17,7 @@
 #include "check/check_support.h"
 #include "cpu_paged_batch.h"
 #include "flexjit/flexjit.h"
+#include "merge_states_check.h"
 
 namespace {
 
@@ -221,77 +222,10 @@ TEST_CASE("fj_kv_cache_write on the CPU skips padding and out-of-range slots", "
 
 TEST_CASE("fj_merge_states on the CPU merges by LSE and keeps empty rows empty", "[cpu]") {
   Context c;
-  const fj_dtype dtype = GENERATE(FJ_DTYPE_BF16, FJ_DTYPE_FP16);
-  const bool in_place = GENERATE(false, true);
-  const int tokens = 50, heads = 8, dim = 128;
-  const int64_t rows = int64_t{tokens} * heads;
-  std::mt19937_64 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> lse_value(-6.0f, 6.0f);
-  const float inf = std::numeric_limits<float>::infinity();
-  Buffer<uint16_t> out_a(rows * dim), out_b(rows * dim), out(rows * dim, 0xffff);
-  Buffer<float> lse_a(rows), lse_b(rows), lse(rows, 0.0f);
-  for (int64_t row = 0; row < rows; ++row) {
-    // Both sides visible, a empty, b empty, both empty; an empty side's output is NaN garbage.
-    const int kind = static_cast<int>(row % 4);
-    lse_a.get()[row] = kind == 1 || kind == 3 ? -inf : lse_value(rng);
-    lse_b.get()[row] = kind == 2 || kind == 3 ? -inf : lse_value(rng);
-    for (int d = 0; d < dim; ++d) {
-      out_a.get()[row * dim + d] = std::isinf(lse_a.get()[row])
-                                       ? flexjit::nan_bits(dtype)
-                                       : flexjit::to_bits(normal(rng), dtype);
-      out_b.get()[row * dim + d] = std::isinf(lse_b.get()[row])
-                                       ? flexjit::nan_bits(dtype)
-                                       : flexjit::to_bits(normal(rng), dtype);
-    }
-  }
-  const std::vector<uint16_t> a_copy(out_a.get(), out_a.get() + rows * dim);
-  fj_merge_states_args args{};
-  args.struct_size = sizeof(args);
-  args.dtype = dtype;
-  args.out_a = out_a.get();
-  args.lse_a = lse_a.get();
-  args.out_b = out_b.get();
-  args.lse_b = lse_b.get();
-  args.out = in_place ? out_a.get() : out.get();
-  args.lse = lse.get();
-  args.num_tokens = tokens;
-  args.num_heads = heads;
-  args.head_dim = dim;
-  args.out_a_stride_token = args.out_b_stride_token = args.out_stride_token = heads * dim;
-  args.out_a_stride_head = args.out_b_stride_head = args.out_stride_head = dim;
-  args.lse_a_stride_token = args.lse_b_stride_token = args.lse_stride_token = heads;
-  args.device = FJ_DEVICE_CPU;
-  REQUIRE(fj_merge_states(c.context, &args, nullptr) == FJ_SUCCESS);
-
-  const uint16_t* got = in_place ? out_a.get() : out.get();
-  double max_error = 0, lse_error = 0;
-  int64_t bad = 0;
-  for (int64_t row = 0; row < rows; ++row) {
-    const double la = lse_a.get()[row], lb = lse_b.get()[row];
-    const double m = std::max(la, lb);
-    const bool empty = std::isinf(m);
-    const double w_a = empty || std::isinf(la) ? 0.0 : std::exp(la - m);
-    const double w_b = empty || std::isinf(lb) ? 0.0 : std::exp(lb - m);
-    if (empty) {
-      bad += !(std::isinf(lse.get()[row]) && lse.get()[row] < 0);
-    } else {
-      lse_error = std::max(lse_error, std::abs(lse.get()[row] - (m + std::log(w_a + w_b))));
-    }
-    for (int d = 0; d < dim; ++d) {
-      const double value = flexjit::from_bits(got[row * dim + d], dtype);
-      double want = 0.0;
-      if (w_a > 0) want += w_a * flexjit::from_bits(a_copy[row * dim + d], dtype);
-      if (w_b > 0) want += w_b * flexjit::from_bits(out_b.get()[row * dim + d], dtype);
-      if (!empty) want /= w_a + w_b;
-      if (!std::isfinite(value)) {
-        ++bad;
-        continue;
-      }
-      max_error = std::max(max_error, std::abs(value - want));
-    }
-  }
-  CHECK(bad == 0);
-  CHECK(max_error <= (dtype == FJ_DTYPE_BF16 ? 2e-2 : 3e-3));
-  CHECK(lse_error <= 1e-5);
+  flexjit::MergeStatesCheckConfig config;
+  config.device = FJ_DEVICE_CPU;
+  config.dtype = GENERATE(FJ_DTYPE_BF16, FJ_DTYPE_FP16);
+  config.in_place = GENERATE(false, true);
+  config.sinks = GENERATE(false, true);
+  flexjit::testing::require_merge_states_correct(c.context, config);
 }

@@ -140,6 +140,12 @@ const std::vector<std::string> kKnownCliffs = {
     // terms read arrays in a loop (the producer computes them on sm_90a); spills.
     "prefill_generated0_hd256_bf16_page16_sm90a",
     "prefill_generated0_hd64_bf16_page16_sm80",
+    // The same at hd128 and 256 on sm_80 since attention sinks (0.7): the sink's load in the
+    // mma.sync epilogue, beside O's accumulators, spills them (hd128 0 -> 72 B, hd256 72 ->
+    // 108 B; causal hd256 72 / 88 -> 72 / 104 B loads). Seeding the online softmax with the
+    // sink instead (row_max = sink, one lane's row_sum = 1) spilled causal hd256 more (96 B).
+    "prefill_generated0_hd128_bf16_page16_sm80",
+    "prefill_generated0_hd256_bf16_page16_sm80",
     // A 14-term || chain with a score: spills beyond causal's at sm_80 hd256.
     "prefill_generated40_hd256_bf16_page16_sm80",
     // kv <= q - 4 && all(i < 64: kv / window == i) ...: spills; wgmma serialized on sm_90a.

@@ -79,6 +79,7 @@ Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* p
       paged_args(batch, inputs, q.get(), out.get(), k.get(), v.get(), lse.get(), qsl.get(),
                  seq_lens.get(), table.get(), arrays);
   paged.bad_index = config.check_bounds ? outputs.bad_index : nullptr;
+  paged.sinks = batch.sinks.empty() ? nullptr : batch.sinks.data();
   // The encoder call: K/V rows are the reference's one-token blocks (make_paged_inputs).
   fj_varlen_attention_args varlen = varlen_args(paged, batch);
 

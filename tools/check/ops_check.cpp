@@ -140,9 +140,13 @@ Result<KvCacheWriteCheckReport> run_kv_cache_write_check(fj_context* context,
 
 Result<MergeStatesCheckReport> run_merge_states_check(fj_context* context,
                                                       const MergeStatesCheckConfig& config) {
-  auto api_result = ready_driver();
-  if (!api_result) return api_result.error();
-  const cuda::DriverApi& api = **api_result;
+  const bool cpu = config.device == FJ_DEVICE_CPU;
+  const cuda::DriverApi* api = nullptr;
+  if (!cpu) {
+    auto api_result = ready_driver();
+    if (!api_result) return api_result.error();
+    api = *api_result;
+  }
   std::mt19937_64 rng(config.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> lse_value(-6.0f, 6.0f);
@@ -165,55 +169,86 @@ Result<MergeStatesCheckReport> run_merge_states_check(fj_context* context,
           std::isinf(lse_b[row]) ? nan_bits(config.dtype) : to_bits(normal(rng), config.dtype);
     }
   }
-
-  DeviceBuffer a(api), b(api), la(api), lb(api), out(api), lse(api);
-  for (auto status :
-       {a.upload(out_a.data(), out_a.size() * 2), b.upload(out_b.data(), out_b.size() * 2),
-        la.upload(lse_a.data(), lse_a.size() * 4), lb.upload(lse_b.data(), lse_b.size() * 4),
-        out.fill(out_a.size() * 2, 0xff), lse.fill(rows * 4, 0xff)}) {
-    if (!status) return status.error();
+  // Sinks in the range of the LSEs, and a head without one (-inf).
+  std::vector<float> sinks;
+  if (config.sinks) {
+    for (int h = 0; h < config.num_heads; ++h)
+      sinks.push_back(h % 5 == 4 ? -inf : lse_value(rng));
   }
+
+  std::vector<uint16_t> got(out_a.size(), 0xffff);
+  std::vector<float> got_lse(rows, std::numeric_limits<float>::quiet_NaN());
   fj_merge_states_args args{};
   args.struct_size = sizeof(args);
   args.dtype = config.dtype;
-  args.out_a = a.get();
-  args.lse_a = static_cast<const float*>(la.get());
-  args.out_b = b.get();
-  args.lse_b = static_cast<const float*>(lb.get());
-  args.out = config.in_place ? a.get() : out.get();
-  args.lse = static_cast<float*>(lse.get());
   args.num_tokens = config.num_tokens;
   args.num_heads = config.num_heads;
   args.head_dim = config.head_dim;
   args.out_a_stride_token = args.out_b_stride_token = args.out_stride_token = config.num_heads * d;
   args.out_a_stride_head = args.out_b_stride_head = args.out_stride_head = d;
   args.lse_a_stride_token = args.lse_b_stride_token = args.lse_stride_token = config.num_heads;
-  if (fj_merge_states(context, &args, nullptr) != FJ_SUCCESS) {
-    return Error{fj_context_last_error(context)};
+  args.device = config.device;
+  if (cpu) {
+    // Host copies the merge may overwrite (in place: out is out_a).
+    std::vector<uint16_t> a = out_a;
+    args.out_a = a.data();
+    args.lse_a = lse_a.data();
+    args.out_b = out_b.data();
+    args.lse_b = lse_b.data();
+    args.out = config.in_place ? a.data() : got.data();
+    args.lse = got_lse.data();
+    args.sinks = sinks.empty() ? nullptr : sinks.data();
+    if (fj_merge_states(context, &args, nullptr) != FJ_SUCCESS) {
+      return Error{fj_context_last_error(context)};
+    }
+    if (config.in_place) got = a;
+  } else {
+    DeviceBuffer a(*api), b(*api), la(*api), lb(*api), out(*api), lse(*api), sink(*api);
+    for (auto status :
+         {a.upload(out_a.data(), out_a.size() * 2), b.upload(out_b.data(), out_b.size() * 2),
+          la.upload(lse_a.data(), lse_a.size() * 4), lb.upload(lse_b.data(), lse_b.size() * 4),
+          out.fill(out_a.size() * 2, 0xff), lse.fill(rows * 4, 0xff),
+          sinks.empty() ? Result<bool>(true) : sink.upload(sinks.data(), sinks.size() * 4)}) {
+      if (!status) return status.error();
+    }
+    args.out_a = a.get();
+    args.lse_a = static_cast<const float*>(la.get());
+    args.out_b = b.get();
+    args.lse_b = static_cast<const float*>(lb.get());
+    args.out = config.in_place ? a.get() : out.get();
+    args.lse = static_cast<float*>(lse.get());
+    args.sinks = sinks.empty() ? nullptr : static_cast<const float*>(sink.get());
+    if (fj_merge_states(context, &args, nullptr) != FJ_SUCCESS) {
+      return Error{fj_context_last_error(context)};
+    }
+    if (auto status = synchronize(*api); !status) return status.error();
+    if (auto status = (config.in_place ? a : out).download(got.data(), got.size() * 2); !status) {
+      return status.error();
+    }
+    if (auto status = lse.download(got_lse.data(), rows * 4); !status) return status.error();
   }
-  if (auto status = synchronize(api); !status) return status.error();
-  std::vector<uint16_t> got(out_a.size());
-  std::vector<float> got_lse(rows);
-  if (auto status = (config.in_place ? a : out).download(got.data(), got.size() * 2); !status) {
-    return status.error();
-  }
-  if (auto status = lse.download(got_lse.data(), rows * 4); !status) return status.error();
 
+  // In float64: out = (e^lse_a out_a + e^lse_b out_b) / total and lse = log total, where total =
+  // e^lse_a + e^lse_b (+ e^sink), each weight relative to the merged LSE.
   MergeStatesCheckReport report;
   for (int64_t row = 0; row < rows; ++row) {
-    const double m = std::max(lse_a[row], lse_b[row]);
-    const bool empty = std::isinf(m);
-    const double w_a = empty || std::isinf(lse_a[row]) ? 0.0 : std::exp(lse_a[row] - m);
-    const double w_b = empty || std::isinf(lse_b[row]) ? 0.0 : std::exp(lse_b[row] - m);
-    bool row_wrong = empty && !(std::isinf(got_lse[row]) && got_lse[row] < 0);
-    if (!empty) {
-      const double want_lse = m + std::log(w_a + w_b);
-      if (!std::isfinite(got_lse[row])) {
-        ++report.bad_outputs;
-      } else {
-        report.lse_max_abs_error =
-            std::max(report.lse_max_abs_error, std::abs(got_lse[row] - want_lse));
-      }
+    const double sink = sinks.empty() ? -inf : sinks[row % config.num_heads];
+    const double m = std::max({double{lse_a[row]}, double{lse_b[row]}, sink});
+    const double want_lse = std::isinf(m)
+                                ? m
+                                : m + std::log(std::exp(lse_a[row] - m) + std::exp(lse_b[row] - m) +
+                                               std::exp(sink - m));
+    const bool keys = !std::isinf(lse_a[row]) || !std::isinf(lse_b[row]);
+    const double w_a = std::isinf(lse_a[row]) ? 0.0 : std::exp(lse_a[row] - want_lse);
+    const double w_b = std::isinf(lse_b[row]) ? 0.0 : std::exp(lse_b[row] - want_lse);
+    bool row_wrong = false;
+    if (std::isinf(want_lse)) {
+      row_wrong = !(std::isinf(got_lse[row]) && got_lse[row] < 0);
+    } else if (!std::isfinite(got_lse[row])) {
+      ++report.bad_outputs;
+    } else {
+      report.lse_max_abs_error =
+          std::max(report.lse_max_abs_error, std::abs(got_lse[row] - want_lse));
     }
     for (int64_t i = 0; i < d; ++i) {
       const double value = from_bits(got[row * d + i], config.dtype);
@@ -222,12 +257,9 @@ Result<MergeStatesCheckReport> run_merge_states_check(fj_context* context,
         continue;
       }
       double want = 0.0;
-      if (!empty) {
-        if (w_a > 0) want += w_a * from_bits(out_a[row * d + i], config.dtype);
-        if (w_b > 0) want += w_b * from_bits(out_b[row * d + i], config.dtype);
-        want /= w_a + w_b;
-      }
-      row_wrong = row_wrong || (empty && value != 0.0);
+      if (w_a > 0) want += w_a * from_bits(out_a[row * d + i], config.dtype);
+      if (w_b > 0) want += w_b * from_bits(out_b[row * d + i], config.dtype);
+      row_wrong = row_wrong || (!keys && value != 0.0);
       report.max_abs_error = std::max(report.max_abs_error, std::abs(value - want));
     }
     if (row_wrong) ++report.empty_rows_wrong;

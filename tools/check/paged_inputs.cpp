@@ -32,6 +32,10 @@ Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64&
       config.scale != 0.0f ? config.scale : 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   batch.params = config.params;
   batch.arrays = config.arrays;
+  batch.sinks = config.sinks;
+  if (!batch.sinks.empty() && batch.sinks.size() != static_cast<size_t>(config.num_heads)) {
+    return Error{"sinks must have one logit per query head"};
+  }
 
   batch.query_start_loc.push_back(0);
   int max_blocks = 1;
@@ -182,7 +186,7 @@ void compare(const PagedCheckConfig& config, const HostPagedBatch& batch,
   const int64_t rows = int64_t{batch.num_tokens()} * batch.num_heads;
   const int d = batch.head_dim;
   for (int64_t row = 0; row < rows; ++row) {
-    const bool empty_row = std::isinf(reference.lse[row]);
+    const bool empty_row = reference.empty_rows[row] != 0;
     bool row_wrong = false;
     for (int i = 0; i < d; ++i) {
       const double value = from_bits(out_bits[row * d + i], config.dtype);
@@ -198,7 +202,7 @@ void compare(const PagedCheckConfig& config, const HostPagedBatch& batch,
     }
     if (std::isnan(lse[row])) {
       ++report.bad_outputs;
-    } else if (empty_row) {
+    } else if (std::isinf(reference.lse[row])) {  // an empty row without a sink
       row_wrong = row_wrong || !(std::isinf(lse[row]) && lse[row] < 0);
     } else {
       report.lse_max_abs_error =
@@ -297,6 +301,7 @@ fj_varlen_attention_args varlen_args(const fj_paged_attention_args& paged,
   varlen.arrays = paged.arrays;
   varlen.num_arrays = paged.num_arrays;
   varlen.bad_index = paged.bad_index;
+  varlen.sinks = paged.sinks;
   return varlen;
 }
 

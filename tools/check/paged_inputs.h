@@ -47,6 +47,8 @@ struct PagedCheckConfig {
   // Array runtime parameters by slot. Empty while the program declares arrays: random ones
   // shaped by their dimension names (random_arrays below).
   std::vector<HostArray> arrays;
+  // Attention sinks (fj_paged_attention_args.sinks): [num_heads] logits, or empty: none.
+  std::vector<float> sinks;
   uint64_t seed = 1;
   int timing_iterations = 0;  // > 0: also time this many launches
   bool check_bounds = false;  // pass a bad_index buffer: report the first out-of-range read

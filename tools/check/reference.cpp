@@ -59,12 +59,15 @@ int64_t reference_row(const Variant& variant, const HostCode& code, const HostPa
       scores[j] = modified[keys[j] - kv0];
   }
   std::fill(out, out + d, 0.0);
+  // The head's sink (-inf: none) joins the denominator with no value.
+  const double sink =
+      batch.sinks.empty() ? -std::numeric_limits<double>::infinity() : double{batch.sinks[head]};
   if (scores.empty()) {
-    *lse = -std::numeric_limits<double>::infinity();
+    *lse = sink;
     return 0;
   }
-  const double max_score = *std::max_element(scores.begin(), scores.end());
-  double sum = 0.0;
+  const double max_score = std::max(*std::max_element(scores.begin(), scores.end()), sink);
+  double sum = std::exp(sink - max_score);
   for (size_t j = 0; j < scores.size(); ++j) {
     const double p = std::exp(scores[j] - max_score);
     sum += p;
@@ -89,6 +92,7 @@ ReferenceOutput reference_paged_attention(const Variant& variant, const HostCode
   const int num_tokens = batch.num_tokens();
   result.out.assign(int64_t{num_tokens} * batch.num_heads * batch.head_dim, 0.0);
   result.lse.assign(int64_t{num_tokens} * batch.num_heads, 0.0);
+  result.empty_rows.assign(int64_t{num_tokens} * batch.num_heads, 0);
 
   // Rows are independent: hand out (request, token) rows to threads through a counter.
   std::vector<std::pair<int, int>> rows;
@@ -105,8 +109,10 @@ ReferenceOutput reference_paged_attention(const Variant& variant, const HostCode
       const auto [request, token] = rows[i];
       for (int h = 0; h < batch.num_heads; ++h) {
         const int64_t row = int64_t{token} * batch.num_heads + h;
-        local_visible += reference_row(variant, code, batch, params, request, token, h,
-                                       &result.out[row * batch.head_dim], &result.lse[row]);
+        const int64_t keys = reference_row(variant, code, batch, params, request, token, h,
+                                           &result.out[row * batch.head_dim], &result.lse[row]);
+        result.empty_rows[row] = keys == 0;
+        local_visible += keys;
       }
     }
     visible += local_visible;

@@ -40,15 +40,17 @@ struct HostPagedBatch {
   HostCache k, v;
   std::vector<int32_t> params;    // scalar runtime parameters by slot (floats as bits)
   std::vector<HostArray> arrays;  // array runtime parameters by slot (HostParams reads them)
+  std::vector<float> sinks;       // [num_heads] sink logits (flexjit.h), or empty: none
 
   int num_reqs() const { return static_cast<int>(seq_lens.size()); }
   int num_tokens() const { return query_start_loc.empty() ? 0 : query_start_loc.back(); }
 };
 
 struct ReferenceOutput {
-  std::vector<double> out;    // [num_tokens][num_heads][head_dim]
-  std::vector<double> lse;    // [num_tokens][num_heads], -inf for rows with no visible key
-  int64_t visible_pairs = 0;  // (query row, key) pairs the mask keeps, summed over heads
+  std::vector<double> out;  // [num_tokens][num_heads][head_dim]
+  std::vector<double> lse;  // [num_tokens][num_heads]; rows with no visible key: the sink, or -inf
+  std::vector<uint8_t> empty_rows;  // [num_tokens][num_heads]: 1 where no key is visible
+  int64_t visible_pairs = 0;        // (query row, key) pairs the mask keeps, summed over heads
 };
 
 // Runs on all hardware threads; deterministic.

@@ -776,6 +776,7 @@ struct RunOptions {
   std::string layout = "nhd";
   bool encoder = false;       // contiguous K/V (fj_varlen_attention); context lengths are 0
   bool check_bounds = false;  // report the first out-of-range array read
+  std::string sinks;          // attention sink logits (validate.h's parse_sinks)
   uint64_t seed = 1;
   int iterations = 20;
   float scale = 0.0f;               // softmax scale; 0: 1 / sqrt(head dim)
@@ -800,6 +801,7 @@ int command_run(const std::string& path, RunOptions& options) {
       .cpu = cpu,
       .iterations = options.iterations,
       .scale = options.scale,
+      .sinks = options.sinks,
   });
   if (!batch) return report_error(batch.error());
   const LoadedFile file = load_file(path);
@@ -857,6 +859,7 @@ int command_run(const std::string& path, RunOptions& options) {
   config.scale = options.scale;
   config.timing_iterations = options.iterations;
   config.check_bounds = options.check_bounds;
+  config.sinks = batch->sinks;
   auto report = cpu ? flexjit::run_cpu_paged_check(context, program, config)
                     : flexjit::run_paged_check(context, program, config);
   if (!report) return report_error(report.error());
@@ -873,7 +876,7 @@ int command_run(const std::string& path, RunOptions& options) {
              options.encoder ? "contiguous (encoder)" : options.layout);
   fmt::print("relative error  {:.3e} (tolerance {:.0e}), max abs {:.3e}, lse max abs {:.3e}\n",
              report->relative_error, tolerance, report->max_abs_error, report->lse_max_abs_error);
-  fmt::print("bad outputs     {} NaN/Inf or unwritten, {} empty rows not 0/-inf\n",
+  fmt::print("bad outputs     {} NaN/Inf or unwritten, {} empty rows not 0/-inf (or sink)\n",
              report->bad_outputs, report->empty_rows_wrong);
   if (options.check_bounds) {
     if (report->bad_index[0] != 0) {
@@ -1044,6 +1047,9 @@ int main(int argc, char** argv) {
   run->add_option("--seed", run_options.seed, "random seed");
   run->add_option("--scale", run_options.scale,
                   "softmax scale (score = scale * q.k); 0, the default: 1 / sqrt(head dim)");
+  run->add_option("--sinks", run_options.sinks,
+                  "attention sink logits (gpt-oss): one for every head, or one per head, "
+                  "comma-separated; -inf is no sink");
   run->add_flag("--check-bounds", run_options.check_bounds,
                 "report the first array read outside its array (debug launch)");
   run->add_option("--iterations", run_options.iterations, "timed launches (0: no timing)");

@@ -60,6 +60,38 @@ Result<std::vector<int>> parse_int_list(std::string_view text, std::string_view 
   return values;
 }
 
+Result<std::vector<float>> parse_sinks(std::string_view text, int num_heads) {
+  std::vector<float> values;
+  if (text.empty()) return values;
+  if (num_heads <= 0) return Error{"--sinks needs a positive head count"};
+  std::string_view rest = text;
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    float value = 0.0f;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || error != std::errc() || end != item.data() + item.size() ||
+        std::isnan(value) || value == std::numeric_limits<float>::infinity()) {
+      return Error{
+          fmt::format("--sinks: '{}' is not a float32 logit (finite, or -inf for none)", item)};
+    }
+    if (values.size() >= static_cast<size_t>(num_heads)) {
+      return Error{fmt::format("--sinks: more than the {} heads' logits", num_heads)};
+    }
+    values.push_back(value);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  if (values.size() == 1) values.assign(num_heads, values[0]);
+  if (values.size() != static_cast<size_t>(num_heads)) {
+    return Error{
+        fmt::format("--sinks: {} logits for {} heads: give one for every head, or one per "
+                    "head",
+                    values.size(), num_heads)};
+  }
+  return values;
+}
+
 Result<RunBatch> check_run_shape(const RunShape& shape) {
   if (!supported::head_dim(shape.head_dim)) {
     return Error{fmt::format("--head-dim {} is not supported ({})", shape.head_dim,
@@ -136,6 +168,9 @@ Result<RunBatch> check_run_shape(const RunShape& shape) {
         "shorten --query-lens / --context-lens or use fewer --heads / --kv-heads",
         gib(batch.bytes), gib(kMaxRunBytes))};
   }
+  auto sinks = parse_sinks(shape.sinks, shape.num_heads);
+  if (!sinks) return sinks.error();
+  batch.sinks = std::move(*sinks);
   batch.reference_work = saturated_product(pairs, int64_t{shape.num_heads} * shape.head_dim);
   if (batch.reference_work > kMaxRunReferenceWork) {
     return Error{fmt::format(

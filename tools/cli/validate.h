@@ -21,6 +21,10 @@ std::optional<int> parse_int(std::string_view text);
 // `text` as comma-separated non-negative ints ("1,7,300"); `what` names the option in errors.
 Result<std::vector<int>> parse_int_list(std::string_view text, std::string_view what);
 
+// --sinks: comma-separated float32 logits (finite, or -inf for a head without a sink), one
+// for every head or one per head; "" for none (an empty vector).
+Result<std::vector<float>> parse_sinks(std::string_view text, int num_heads);
+
 // `flexjit run` accepts at most this much work, so that no flag value makes it run for hours or
 // exhaust memory: host memory of its random inputs and the float64 reference's outputs, and
 // multiply-adds (query-key pairs, before the mask, times heads times head dim) of the reference
@@ -48,6 +52,7 @@ struct RunShape {
   bool cpu = true;  // runs on the CPU backend (timed launches count as work)
   int iterations = 20;
   float scale = 0.0f;
+  std::string sinks;  // --sinks: "" for none, else one logit or one per head, comma-separated
 };
 
 // The batch a valid RunShape describes, with what it costs.
@@ -56,14 +61,15 @@ struct RunBatch {
   std::vector<int> context_lens;  // zeros for the encoder
   int64_t bytes = 0;              // estimated host memory
   int64_t reference_work = 0;     // multiply-adds of the reference
+  std::vector<float> sinks;       // [num_heads] sink logits, or empty: none
 };
 
 // Checks `shape`: head dim supported; a page size for the paged cache (a multiple of 16 up to
 // 1024, not 0, which is the encoder's) and neither --page-size nor --context-lens with
 // --encoder; heads and kv heads positive, kv heads dividing heads; lengths non-negative, one
 // context length per query length, at most kMaxRunRequests requests, sequence lengths and the
-// token count within int32; iterations in [0, kMaxRunIterations]; a finite scale; and the
-// memory and work limits above.
+// token count within int32; iterations in [0, kMaxRunIterations]; a finite scale; sinks
+// (parse_sinks); and the memory and work limits above.
 Result<RunBatch> check_run_shape(const RunShape& shape);
 
 // `compile`'s options beyond the kernel's.

@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define FJ_VERSION_MAJOR 0
-#define FJ_VERSION_MINOR 6
+#define FJ_VERSION_MINOR 7
 #define FJ_VERSION_PATCH 0
 /* Version as one integer: major * 10000 + minor * 100 + patch. */
 #define FJ_VERSION (FJ_VERSION_MAJOR * 10000 + FJ_VERSION_MINOR * 100 + FJ_VERSION_PATCH)
@@ -260,6 +260,17 @@ typedef struct fj_paged_attention_args {
    * the field but do not check it yet (that check lands with the prefill kernels' rewrite). 0:
    * unchecked (on the CPU backend, entries must then be non-negative). */
   int64_t num_blocks;
+
+  /* Since 0.7 (a shorter struct_size reads it as null: no sinks). Attention sinks, as gpt-oss
+   * and vLLM's FlashAttention backend (s_aux) have them: [num_heads] float32 logits, device
+   * memory (host memory for CPU kernels), 4-byte aligned. Head h's sink joins the softmax
+   * denominator of each of its rows once, with no value: out = sum_j e^(s_j) v_j / (sum_j e^(s_j)
+   * + e^(sinks[h])) and lse = log(sum_j e^(s_j) + e^(sinks[h])), where s_j are the scores after
+   * the scale and score_mod over the keys the mask keeps. A row with no visible key gets out 0
+   * and lse = sinks[h]; a sink of -inf is no sink. Any mask and score; fj_plan_run counts it once
+   * however many splits a row's keys take. Partial attentions that will be merged
+   * (fj_merge_states) leave it out and pass it to the merge. */
+  const float* sinks;
 } fj_paged_attention_args;
 
 /* CPU kernels (arch "cpu"): every pointer of the args (q, out, caches, query_start_loc,
@@ -340,6 +351,10 @@ typedef struct fj_varlen_attention_args {
   const int32_t* cu_seqlens_k;
   int32_t num_tokens_k;
   int64_t q_stride_batch, k_stride_batch, v_stride_batch, out_stride_batch;
+
+  /* Since 0.7 (a shorter struct_size reads it as null): attention sinks, as in
+   * fj_paged_attention_args. */
+  const float* sinks;
 } fj_varlen_attention_args;
 
 /* Enqueues an encoder kernel (page_size 0) on `stream`; a CPU encoder kernel runs on the host
@@ -420,6 +435,13 @@ typedef struct fj_merge_states_args {
   /* Since 0.4 (a shorter struct_size reads it as FJ_DEVICE_CUDA). FJ_DEVICE_CPU: every pointer
    * is host memory and the merge is done when the call returns. */
   fj_device device;
+
+  /* Since 0.7 (a shorter struct_size reads it as null): [num_heads] float32 sink logits
+   * (fj_paged_attention_args.sinks) in the device's memory, or null. Each row's sink joins the
+   * merged denominator once: pass it to the merge that yields the final result, computing the
+   * partials (and merging them among themselves) without it. A row empty on both sides then
+   * gets out 0 and lse = the sink. */
+  const float* sinks;
 } fj_merge_states_args;
 
 /* Enqueues the merge on `stream`, compiling its kernel for the current device on first use;
