@@ -233,9 +233,11 @@ def dense_mask(mask_mod, batch, heads, q_len, kv_len):
               for i in range(q_len)] for h in range(heads)] for b in range(batch)]
 
 
-def attention(q, k, v, shape, mask, score_mod=None, scale=None):
+def attention(q, k, v, shape, mask, score_mod=None, scale=None, sinks=None):
     """float64 attention of flat [B, Hq, Sq, D] / [B, Hkv, Skv, D] value lists: (out, lse), out
-    flat like q, lse [b][h][i] (-inf and a zero row where nothing is visible)."""
+    flat like q, lse [b][h][i] (-inf and a zero row where nothing is visible). `sinks`: a logit
+    per query head that joins each row's softmax denominator with no value (a row that sees
+    nothing then has lse = the sink), or None."""
     batch, heads, kv_heads, q_len, kv_len, dim = shape
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
     group = heads // kv_heads
@@ -256,10 +258,11 @@ def attention(q, k, v, shape, mask, score_mod=None, scale=None):
                         s = as_float(score_mod(Scalar(s), Scalar(b), Scalar(h), Scalar(i),
                                                Scalar(j)))
                     scores.append((j, s))
-                if not scores:
+                sink = -math.inf if sinks is None else sinks[h]
+                if not scores and sink == -math.inf:
                     continue
-                top = max(s for _, s in scores)
-                total = sum(math.exp(s - top) for _, s in scores)
+                top = max([s for _, s in scores] + [sink])
+                total = sum(math.exp(s - top) for _, s in scores) + math.exp(sink - top)
                 lse[b][h][i] = top + math.log(total)
                 row = ((b * heads + h) * q_len + i) * dim
                 for j, s in scores:

@@ -13,10 +13,11 @@ def call(**changes):
                   block_table=CudaArray((2, 3), "<i4"), query_start_loc=CudaArray((3,), "<i4"),
                   seq_lens=CudaArray((2,), "<i4"))
     arrays.update(changes)
-    options = {k: arrays.pop(k) for k in ("kv_layout", "lse") if k in arrays}
+    options = {k: arrays.pop(k) for k in ("kv_layout", "lse", "sinks") if k in arrays}
     return paged_fields(head_dim=64, page_size=16, dtype="fp16",
                         **{k: describe(v, k) for k, v in arrays.items()},
-                        **{k: (describe(v, k) if k == "lse" else v) for k, v in options.items()})
+                        **{k: (v if k == "kv_layout" else describe(v, k))
+                           for k, v in options.items()})
 
 
 class StridesTest(unittest.TestCase):
@@ -159,6 +160,56 @@ def varlen(**changes):
     arrays.update(changes)
     return varlen_fields(head_dim=64, dtype="fp16",
                          **{k: describe(v, k) for k, v in arrays.items()})
+
+
+# What the paged and the varlen calls both refuse in `sinks` (4 query heads): wrong dtype,
+# rank, length, strides, alignment.
+SINKS_REJECTED = [
+    (CudaArray((4,), "<f2"), "sinks: dtype fp16, expected fp32"),
+    (CudaArray((4,), "<i4"), "sinks: dtype int32, expected fp32"),
+    (CudaArray((4, 1), "<f4"), "sinks: expected 1 dimensions [num_heads], got shape (4, 1)"),
+    (CudaArray((2,), "<f4"), "sinks: 2 entries, expected one per query head (4)"),
+    (CudaArray((8,), "<f4"), "sinks: 8 entries"),
+    (CudaArray((4,), "<f4", strides=(2,)), "sinks: last dimension must be contiguous"),
+    (CudaArray((4,), "<f4", ptr=0x1002), "sinks: data pointer 0x1002 is not 4-byte aligned"),
+    (FakeTensor((4,), "torch.float32", device=None), "sinks: not a CUDA device array"),
+]
+
+
+class SinksTest(unittest.TestCase):
+    def test_pointer_or_null(self):
+        self.assertEqual(call()["sinks"], 0)
+        self.assertEqual(call(sinks=CudaArray((4,), "<f4", ptr=0x1000))["sinks"], 0x1000)
+        self.assertEqual(varlen()["sinks"], 0)
+        self.assertEqual(varlen(sinks=CudaArray((4,), "<f4", ptr=0x2000))["sinks"], 0x2000)
+        # One head: its stride is never used.
+        one = dict(q=CudaArray((9, 1, 64)), out=CudaArray((9, 1, 64)),
+                   k=CudaArray((9, 1, 64)), v=CudaArray((9, 1, 64)))
+        self.assertEqual(varlen(**one, sinks=CudaArray((1,), "<f4", strides=(0,),
+                                                       ptr=0x3000))["sinks"], 0x3000)
+
+    def test_rejections(self):
+        for sinks, message in SINKS_REJECTED:
+            for name, fields in (("paged", call), ("varlen", varlen)):
+                with self.subTest(name, message=message):
+                    with self.assertRaises(ValueError) as caught:
+                        fields(sinks=sinks)
+                    self.assertIn(message, str(caught.exception))
+
+    def test_same_device_as_the_other_arrays(self):
+        tensors = dict(q=FakeTensor((9, 4, 64), "torch.float16"),
+                       k=FakeTensor((9, 2, 64), "torch.float16"),
+                       v=FakeTensor((9, 2, 64), "torch.float16"),
+                       out=FakeTensor((9, 4, 64), "torch.float16"),
+                       cu_seqlens=FakeTensor((3,), "torch.int32"),
+                       sinks=FakeTensor((4,), "torch.float32", device=1))
+        with self.assertRaisesRegex(ValueError, "different CUDA devices: .*sinks on cuda:1"):
+            varlen_fields(head_dim=64, dtype="fp16",
+                          **{k: describe(v, k) for k, v in tensors.items()})
+        tensors["sinks"] = FakeTensor((4,), "torch.float32", ptr=0x7F0000000100)
+        fields = varlen_fields(head_dim=64, dtype="fp16",
+                               **{k: describe(v, k) for k, v in tensors.items()})
+        self.assertEqual(fields["sinks"], 0x7F0000000100)
 
 
 class VarlenTest(unittest.TestCase):

@@ -75,11 +75,15 @@ class StructLayoutTest(unittest.TestCase):
 
     def test_grown_structs_grow_at_the_end(self):
         # A caller built against an older header passes a shorter struct_size: the fields added
-        # since (0.3's workspace, 0.5's num_blocks) must follow every older one.
+        # since (0.3's workspace, 0.5's num_blocks, 0.6's separate keys, 0.7's sinks) must
+        # follow every older one.
         names = [field for field, _ in _capi.PagedAttentionArgs._fields_]
-        self.assertEqual(names[-3:], ["workspace", "workspace_bytes", "num_blocks"])
-        self.assertEqual(self.layout[("fj_paged_attention_args", "num_blocks")] + 8,
-                         self.layout[("fj_paged_attention_args", "sizeof")])
+        self.assertEqual(names[-4:], ["workspace", "workspace_bytes", "num_blocks", "sinks"])
+        varlen = [field for field, _ in _capi.VarlenAttentionArgs._fields_]
+        self.assertEqual(varlen[-3:], ["v_stride_batch", "out_stride_batch", "sinks"])
+        for c_name in ("fj_paged_attention_args", "fj_varlen_attention_args"):
+            self.assertEqual(self.layout[(c_name, "sinks")] + 8, self.layout[(c_name, "sizeof")],
+                             c_name)
 
     def test_every_c_field_is_mirrored(self):
         # A field added to the header but not to _capi shows as a larger C struct; also check

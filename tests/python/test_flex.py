@@ -165,11 +165,12 @@ def fp16_values(n, scale=1.0):
     return [round(rng.uniform(-1, 1) * scale * 256) / 256 for _ in range(n)]
 
 
-def run(mask_mod, score_mod, q_len, kv_len, q, k, v, scale=None, with_lse=True):
+def run(mask_mod, score_mod, q_len, kv_len, q, k, v, scale=None, with_lse=True, sinks=None):
     kernel = flex.compile_flex(mask_mod, score_mod, head_dim=D, dtype="fp16", arch="cpu")
     out = HostArray((B, HQ, q_len, D), "<f2")
     lse = HostArray((B, q_len, HQ), "<f4") if with_lse else None
-    kernel.run(q, k, v, out, mask_mod=mask_mod, score_mod=score_mod, lse=lse, scale=scale)
+    kernel.run(q, k, v, out, mask_mod=mask_mod, score_mod=score_mod, lse=lse, scale=scale,
+               sinks=HostArray((HQ,), "<f4", sinks) if sinks is not None else None)
     return out.values(), (lse.values() if lse is not None else None)
 
 
@@ -191,7 +192,7 @@ class FlexFunctionsTest(unittest.TestCase):
                     got = [out[row + j] > 0 for j in range(kv_len)]
                     self.assertEqual(got, want[b][h][i], f"b={b} h={h} q_idx={i}")
 
-    def check_attention(self, mask_mod, score_mod, q_len, kv_len, scale=None):
+    def check_attention(self, mask_mod, score_mod, q_len, kv_len, scale=None, sinks=None):
         shape = (B, HQ, HKV, q_len, kv_len, D)
         qv = fp16_values(B * HQ * q_len * D, 2.0)
         kv = fp16_values(B * HKV * kv_len * D, 2.0)
@@ -199,9 +200,9 @@ class FlexFunctionsTest(unittest.TestCase):
         q = HostArray((B, HQ, q_len, D), "<f2", qv)
         k = HostArray((B, HKV, kv_len, D), "<f2", kv)
         v = HostArray((B, HKV, kv_len, D), "<f2", vv)
-        out, lse = run(mask_mod, score_mod, q_len, kv_len, q, k, v, scale=scale)
+        out, lse = run(mask_mod, score_mod, q_len, kv_len, q, k, v, scale=scale, sinks=sinks)
         mask = dense_mask(mask_mod, B, HQ, q_len, kv_len)
-        want_out, want_lse = attention(qv, kv, vv, shape, mask, score_mod, scale)
+        want_out, want_lse = attention(qv, kv, vv, shape, mask, score_mod, scale, sinks)
         worst = max(abs(a - b) for a, b in zip(out, want_out))
         self.assertLess(worst, 4e-3)
         for b in range(B):
@@ -233,6 +234,31 @@ class FlexFunctionsTest(unittest.TestCase):
 
     def test_explicit_scale(self):
         self.check_attention(causal, softcap, SQ, SKV, scale=0.3)
+
+    def test_sinks_against_float64(self):
+        # A sink per head (-inf: none; 3.0 outweighs most rows' keys), on masks whose rows see
+        # one key, many, or none (jagged: their out stays 0, their lse becomes the sink).
+        for name, mask_mod, score_mod in (("causal", causal, None), ("jagged", jagged, alibi),
+                                          ("sliding", sliding, softcap)):
+            with self.subTest(name):
+                self.check_attention(mask_mod, score_mod, SQ, SKV,
+                                     sinks=[-math.inf, -2.5, 0.0, 3.0])
+
+    def test_sinks_are_checked(self):
+        kernel = flex.compile_flex(causal, head_dim=D, dtype="fp16", arch="cpu")
+        q = HostArray((B, HQ, SQ, D), "<f2")
+        kv = HostArray((B, HKV, SKV, D), "<f2")
+        for sinks, error, message in (
+                (HostArray((HQ,), "<f2"), ValueError, "sinks: dtype fp16, expected fp32"),
+                (HostArray((HQ - 1,), "<f4"), ValueError,
+                 rf"sinks: {HQ - 1} entries, expected one per query head \({HQ}\)"),
+                (HostArray((1, HQ), "<f4"), ValueError, "sinks: expected 1 dimensions"),
+                ([0.0] * HQ, TypeError, "sinks: expected a torch tensor or an object with "
+                 "__array_interface__, got list")):
+            with self.subTest(message):
+                with self.assertRaisesRegex(error, message):
+                    kernel.run(q, kv, kv, HostArray((B, HQ, SQ, D), "<f2"), mask_mod=causal,
+                               sinks=sinks)
 
 
 @unittest.skipUnless(library_available(), "libflexjit_runtime.so not found (set FLEXJIT_LIBRARY)")

@@ -5,8 +5,9 @@ Without a GPU: flex_plan's argument and trace checks (before any device work), i
 machine without a device, and, with torch, flex_attention_paged's checks of `plan`. On a GPU
 (torch with CUDA): a decode batch (requests of 1 to 4000 keys, page 16, GQA 32/8, head dim 128,
 bf16) of three FlexAttention-style pairs, one reading a captured tensor, against the unplanned
-call, torch's own flex_attention and float64; a mixed batch (prefill chunks beside decodes);
-a CUDA graph of the planned run replayed over new batches; and docs/python.md's example.
+call, torch's own flex_attention and float64, and with attention sinks; a mixed batch (prefill
+chunks beside decodes); a CUDA graph of the planned run replayed over new batches; and
+docs/python.md's example.
 Skipped with the reason where torch, the library or a GPU is missing. On the GPU machine
 (library staged in .carry/lib):
 
@@ -217,44 +218,62 @@ class FlexPlanGpuTest(unittest.TestCase):
         torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol,
                                    msg=lambda m: f"{what}: {m}")
 
+    def check_decode(self, batch, mask_mod, score_mod, sinks=None):
+        """A decode batch through a plan of the pair, against the unplanned call and float64
+        (with sinks: one more key per row, of zero value). Returns, per request, (q, k, v as
+        [1, H, L, D], the pair as that call sees it, the planned out [1, Hq, 1, D])."""
+        n = len(LENS)
+        with flexjit.flex_plan(mask_mod, score_mod, **SHAPE) as plan:
+            plan.update(list(range(n + 1)), LENS, WIDTH)
+            lse = torch.full((n, HEADS), float("nan"), device="cuda")
+            out = flexjit.flex_attention_paged(*positional(batch), mask_mod=mask_mod,
+                                               score_mod=score_mod, plan=plan, lse=lse,
+                                               sinks=sinks)
+            want_lse = torch.zeros(n, HEADS, device="cuda")
+            want = flexjit.flex_attention_paged(*positional(batch), mask_mod=mask_mod,
+                                                score_mod=score_mod, max_query_len=1,
+                                                lse=want_lse, sinks=sinks)
+            torch.cuda.synchronize()
+        self.assertTrue(torch.isfinite(out).all() and torch.isfinite(lse).all())
+        self.assert_close(out, want, "planned vs unplanned")
+        self.assert_close(lse, want_lse, "planned vs unplanned lse", atol=1e-3, rtol=1e-4)
+        requests = []
+        for r, length in enumerate(LENS):
+            q, k, v = request(batch, r)
+            mask, score = shifted(mask_mod, score_mod, r, length - 1)
+            f64, f64_lse = reference(q, k, v, mask, score, None, True, sinks)
+            got = out[r].view(1, HEADS, 1, HEAD_DIM)
+            self.assert_close(got, f64, f"request {r} ({length} keys) vs float64")
+            self.assert_close(lse[r].view(1, HEADS, 1), f64_lse, f"request {r} lse vs float64",
+                              rtol=1e-3)
+            requests.append((q, k, v, mask, score, got))
+        return requests
+
     def test_decode_batch_against_unplanned_torch_and_float64(self):
         from torch.nn.attention.flex_attention import create_block_mask
         from torch.nn.attention.flex_attention import flex_attention as torch_flex
         batch = decode_batch(LENS, seed=1)
-        n = len(LENS)
         group = HEADS // KV_HEADS
-        for name, mask_mod, score_mod in cases(n):
-            with self.subTest(name), \
-                    flexjit.flex_plan(mask_mod, score_mod, **SHAPE) as plan:
-                plan.update(list(range(n + 1)), LENS, WIDTH)
-                lse = torch.full((n, HEADS), float("nan"), device="cuda")
-                out = flexjit.flex_attention_paged(*positional(batch), mask_mod=mask_mod,
-                                                   score_mod=score_mod, plan=plan, lse=lse)
-                want_lse = torch.zeros(n, HEADS, device="cuda")
-                want = flexjit.flex_attention_paged(*positional(batch), mask_mod=mask_mod,
-                                                    score_mod=score_mod, max_query_len=1,
-                                                    lse=want_lse)
-                torch.cuda.synchronize()
-                self.assertTrue(torch.isfinite(out).all() and torch.isfinite(lse).all())
-                self.assert_close(out, want, "planned vs unplanned")
-                self.assert_close(lse, want_lse, "planned vs unplanned lse", atol=1e-3,
-                                  rtol=1e-4)
-                for r, length in enumerate(LENS):
-                    q, k, v = request(batch, r)
-                    mask, score = shifted(mask_mod, score_mod, r, length - 1)
-                    f64, f64_lse = reference(q, k, v, mask, score, None, True)
-                    got = out[r].view(1, HEADS, 1, HEAD_DIM)
-                    self.assert_close(got, f64,
-                                      f"request {r} ({length} keys) vs float64")
-                    self.assert_close(lse[r].view(1, HEADS, 1), f64_lse,
-                                      f"request {r} lse vs float64", rtol=1e-3)
-                    block_mask = create_block_mask(mask, None, None, 1, length,
+        for name, mask_mod, score_mod in cases(len(LENS)):
+            with self.subTest(name):
+                requests = self.check_decode(batch, mask_mod, score_mod)
+                for r, (q, k, v, mask, score, got) in enumerate(requests):
+                    block_mask = create_block_mask(mask, None, None, 1, LENS[r],
                                                    device="cuda") if mask else None
                     theirs = torch_flex(q, k.repeat_interleave(group, dim=1),
                                         v.repeat_interleave(group, dim=1), score_mod=score,
                                         block_mask=block_mask)
                     self.assert_close(got, theirs,
-                                      f"request {r} ({length} keys) vs torch's flex_attention")
+                                      f"request {r} ({LENS[r]} keys) vs torch's flex_attention")
+
+    def test_decode_batch_with_sinks(self):
+        # A split request merges its partials without the sinks and adds each once.
+        batch = decode_batch(LENS, seed=6)
+        sinks = torch.linspace(-3.0, 9.0, HEADS, device="cuda")
+        sinks[0] = float("-inf")  # no sink
+        for name, mask_mod, score_mod in cases(len(LENS))[:2]:
+            with self.subTest(name):
+                self.check_decode(batch, mask_mod, score_mod, sinks)
 
     def test_mixed_batch_matches_unplanned(self):
         # A plan for queries of up to 64 tokens: prefill chunks after their history beside

@@ -2,9 +2,10 @@
 against a float64 torch reference, and on a GPU against torch's own flex_attention. Skipped with
 the reason without torch (CI has none), and the GPU part without a CUDA device."""
 
+import re
 import unittest
 
-from support import REPO, library_available  # noqa: F401  (puts tools/python on the path)
+from support import REPO, library_available
 
 import flexjit
 
@@ -70,9 +71,11 @@ def functions(device="cpu"):
             ("composed", flexjit.and_masks(causal, flexjit.or_masks(sliding, prefix_lm)), None)]
 
 
-def reference(q, k, v, mask_mod, score_mod, scale, gqa):
+def reference(q, k, v, mask_mod, score_mod, scale, gqa, sinks=None):
     """float64 attention with the functions evaluated by torch on broadcast index tensors (on
-    q's device, where the functions' captured tensors must be)."""
+    q's device, where the functions' captured tensors must be). `sinks` [H]: each head's logit
+    is appended to every row's scores as one more key with a zero value, and dropped after the
+    softmax (gpt-oss's eager attention)."""
     B, H, S, D = q.shape
     L = k.shape[2]
     if gqa:
@@ -87,28 +90,80 @@ def reference(q, k, v, mask_mod, score_mod, scale, gqa):
         s = score_mod(s, b, h, qi, ki).double()
     if mask_mod is not None:
         s = s.masked_fill(~mask_mod(b, h, qi, ki).expand(B, H, S, L), float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks.to(s).view(1, H, 1, 1).expand(B, H, S, 1)], dim=-1)
     lse = torch.logsumexp(s, dim=-1)
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)[..., :L]
     return p @ v.double(), lse
+
+
+def sink_logits(heads, device="cpu"):
+    """float32 [heads]: no sink (-inf) on head 0, then sinks from below to above a row's
+    scores."""
+    values = torch.linspace(-2.0, 4.0, heads - 1)
+    return torch.cat([torch.tensor([float("-inf")]), values]).to(device)
+
+
+def check_against_float64(test, cases, *, device, head_dim, sinks=None):
+    """flex_attention of each (name, mask_mod, score_mod) on random bf16 [2, 4, S, D] tensors
+    of `device`, against reference(): 96 queries over 96 keys, then 64 over 96 with GQA 4/2."""
+    torch.manual_seed(0)
+    for name, mask_mod, score_mod in cases:
+        for q_len, gqa in ((96, False), (64, True)):
+            with test.subTest(name, q_len=q_len, gqa=gqa):
+                q = torch.randn(2, 4, q_len, head_dim, dtype=torch.bfloat16, device=device)
+                k = torch.randn(2, 2 if gqa else 4, 96, head_dim, dtype=torch.bfloat16,
+                                device=device)
+                v = torch.randn_like(k)
+                out, lse = flexjit.flex_attention(q, k, v, score_mod=score_mod,
+                                                  mask_mod=mask_mod, enable_gqa=gqa,
+                                                  return_lse=True, sinks=sinks)
+                want, want_lse = reference(q, k, v, mask_mod, score_mod, None, gqa, sinks)
+                torch.testing.assert_close(out.double(), want, atol=2e-2, rtol=2e-2)
+                torch.testing.assert_close(lse.double(), want_lse, atol=2e-2, rtol=1e-3)
+
+
+def first_request_only(b, h, q_idx, kv_idx):
+    """Causal for request 0; request 1 sees nothing (its rows: out 0, lse the sink)."""
+    return (q_idx >= kv_idx) & (b == 0)
 
 
 @unittest.skipUnless(torch is not None, "torch is not installed")
 @unittest.skipUnless(library_available(), "libflexjit_runtime.so not found (set FLEXJIT_LIBRARY)")
 class TorchCpuTest(unittest.TestCase):
     def test_torch_functions_on_cpu_tensors(self):
-        torch.manual_seed(0)
-        for name, mask_mod, score_mod in functions():
-            for q_len, gqa in ((96, False), (64, True)):
-                with self.subTest(name, q_len=q_len, gqa=gqa):
-                    q = torch.randn(2, 4, q_len, 64, dtype=torch.bfloat16)
-                    k = torch.randn(2, 2 if gqa else 4, 96, 64, dtype=torch.bfloat16)
-                    v = torch.randn_like(k)
-                    out, lse = flexjit.flex_attention(q, k, v, score_mod=score_mod,
-                                                      mask_mod=mask_mod, enable_gqa=gqa,
-                                                      return_lse=True)
-                    want, want_lse = reference(q, k, v, mask_mod, score_mod, None, gqa)
-                    torch.testing.assert_close(out.double(), want, atol=2e-2, rtol=2e-2)
-                    torch.testing.assert_close(lse.double(), want_lse, atol=2e-2, rtol=1e-3)
+        check_against_float64(self, functions(), device="cpu", head_dim=64)
+
+    def test_sinks_on_cpu_tensors(self):
+        cases = [(name, m, s) for name, m, s in functions() if name in ("causal", "document")]
+        check_against_float64(self, cases + [("first_request_only", first_request_only, None)],
+                              device="cpu", head_dim=64, sinks=sink_logits(4))
+
+    def test_sinks_are_checked(self):
+        q = torch.randn(1, 4, 16, 64, dtype=torch.bfloat16)
+        k = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16)
+        for sinks, message in (
+                (torch.zeros(4, dtype=torch.bfloat16), "sinks: dtype bf16, expected fp32"),
+                (torch.zeros(3), r"sinks: 3 entries, expected one per query head \(4\)"),
+                (torch.zeros(4, 1), "sinks: expected 1 dimensions"),
+                (torch.zeros(8)[::2], "sinks: last dimension must be contiguous"),
+                (torch.zeros(4, dtype=torch.float64), "sinks: dtype torch.float64")):
+            with self.subTest(message):
+                with self.assertRaisesRegex(ValueError, message):
+                    flexjit.flex_attention(q, k, k, mask_mod=_causal, enable_gqa=True,
+                                           sinks=sinks)
+        learnable = torch.zeros(4, requires_grad=True)
+        with self.assertRaisesRegex(RuntimeError, "forward only"):
+            flexjit.flex_attention(q, k, k, enable_gqa=True, sinks=learnable)
+        with torch.no_grad():
+            flexjit.flex_attention(q, k, k, enable_gqa=True, sinks=learnable)
+
+    def test_docs_sinks_example(self):
+        text = (REPO / "docs" / "python.md").read_text()
+        blocks = re.findall(r"```python\n(# runs in tests/python/test_flex_torch.py.*?)```",
+                            text, re.S)
+        self.assertEqual(len(blocks), 1)
+        exec(compile(blocks[0], "docs/python.md", "exec"), {})  # its asserts compare
 
     def test_requires_grad_raises(self):
         q = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16, requires_grad=True)
@@ -163,6 +218,17 @@ class TorchGpuTest(unittest.TestCase):
                     torch.testing.assert_close(lse[visible], want_lse[visible], atol=2e-2,
                                                rtol=1e-3)
 
+    def test_sinks_against_float64(self):
+        sinks = sink_logits(4, "cuda")
+        cases = [(name, m, s) for name, m, s in functions("cuda")
+                 if name in ("causal", "sliding", "document")]
+        check_against_float64(self, cases + [("first_request_only", first_request_only, None)],
+                              device="cuda", head_dim=128, sinks=sinks)
+        q = torch.randn(1, 4, 16, 128, dtype=torch.bfloat16, device="cuda")
+        with self.assertRaisesRegex(ValueError, "sinks: on the host, the kernel runs on a CUDA "
+                                    "device"):
+            flexjit.flex_attention(q, q, q, sinks=sinks.cpu())
+
     def test_paged_matches_contiguous(self):
         torch.manual_seed(1)
         page, heads, dim = 16, 4, 128
@@ -181,13 +247,15 @@ class TorchGpuTest(unittest.TestCase):
         q = torch.randn(sum(q_lens), heads, dim, dtype=torch.bfloat16, device="cuda")
         qsl = torch.tensor([0, q_lens[0], sum(q_lens)], dtype=torch.int32, device="cuda")
         seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
-        for name, mask_mod, score_mod in functions():
-            if name in ("document", "blocked_3d"):  # their captures are [B, 96]-shaped
-                continue
+        cases = [(name, m, s, None) for name, m, s in functions()
+                 if name not in ("document", "blocked_3d")]  # their captures are [B, 96]-shaped
+        cases += [(name + " with sinks", m, s, sink_logits(heads, "cuda"))
+                  for name, m, s, _ in cases[:2]]
+        for name, mask_mod, score_mod, sinks in cases:
             with self.subTest(name):
                 out = flexjit.flex_attention_paged(q, k_cache, v_cache, table, qsl, seq_lens,
                                                    mask_mod=mask_mod, score_mod=score_mod,
-                                                   max_query_len=max(q_lens))
+                                                   max_query_len=max(q_lens), sinks=sinks)
                 for r in range(2):
                     rows = [table[r, j].item() for j in range((lens[r] + page - 1) // page)]
                     k = k_cache[rows].reshape(-1, heads, dim)[:lens[r]].transpose(0, 1)[None]
@@ -201,7 +269,8 @@ class TorchGpuTest(unittest.TestCase):
                     def shifted_score(score, b, h, q_idx, kv_idx, r=r, offset=offset):
                         return score_mod(score, b + r, h, q_idx + offset, kv_idx)
                     want, _ = reference(qr.cpu(), k.cpu(), v.cpu(), shifted_mask,
-                                        shifted_score if score_mod else None, None, False)
+                                        shifted_score if score_mod else None, None, False,
+                                        sinks.cpu() if sinks is not None else None)
                     got = out[qsl[r]:qsl[r + 1]].transpose(0, 1)[None].cpu().double()
                     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
 
@@ -258,6 +327,25 @@ class TorchCompileTest(unittest.TestCase):
                 got, want = compiled(q, k, v), step(q, k, v)
                 for g, w in zip(got, want):
                     torch.testing.assert_close(g, w, atol=0, rtol=0)
+
+    def test_compiled_with_sinks_matches_eager(self):
+        def step(q, k, v, sinks):
+            return flexjit.flex_attention(q, k, v, mask_mod=_causal, enable_gqa=True,
+                                          sinks=sinks)
+
+        q, k, v = self.inputs(4)
+        sinks = sink_logits(8, "cuda")
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(step)(q, k, v, sinks)
+        self.assertEqual((explained.graph_count, explained.graph_break_count), (1, 0),
+                         explained.break_reasons)
+        torch._dynamo.reset()
+        compiled = torch.compile(step, fullgraph=True)
+        for shift in (0.0, -3.0):  # new sink values, the same graph
+            with self.subTest(shift=shift):
+                torch.testing.assert_close(compiled(q, k, v, sinks + shift),
+                                           step(q, k, v, sinks + shift), atol=0, rtol=0)
+        self.assertFalse(torch.equal(step(q, k, v, sinks), step(q, k, v, None)))
 
     def test_compiled_reads_captured_tensors_at_each_call(self):
         def step(q, k, v, mask_mod):

@@ -1,5 +1,6 @@
 """flexjit (the Python module) over the real libflexjit_runtime.so, without a GPU: compiling for
-an explicit architecture works everywhere; launching stops at the driver, after every check."""
+an explicit architecture works everywhere; launching stops at the driver, after every check; CPU
+kernels run on host memory (attention sinks against their closed form)."""
 
 import ctypes
 import math
@@ -10,6 +11,7 @@ import sys
 import unittest
 
 from support import REPO, CudaArray, FakeTensor, library_available
+from test_bad_input import HostArray, cpu_batch
 
 import flexjit
 from flexjit import ParamType, Status, _capi
@@ -328,6 +330,78 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(caught.exception.status, Status.INVALID_ARGUMENT)
         self.assertIn("struct_size", caught.exception.message)
 
+    def test_sinks_reach_the_struct(self):
+        # Since 0.7 both launch structs end with `sinks`: the pointer lands where the library
+        # reads it (a misaligned one is refused by name), and a 0.6 struct_size hides it.
+        sinks = CudaArray((4,), "<f4", ptr=0x7F0000B00000)
+        paged = self.ctx.kernel(self.program, "sliding", head_dim=64, dtype="fp16", page_size=16,
+                                arch="sm_90a")
+        encoder = self.ctx.kernel(self.program, "causal", head_dim=64, dtype="fp16",
+                                  page_size=0, arch="sm_90a")
+        varlen_arrays = dict(q=CudaArray((9, 4, 64)), k=CudaArray((9, 2, 64)),
+                             v=CudaArray((9, 2, 64)), out=CudaArray((9, 4, 64)),
+                             cu_seqlens=CudaArray((3,), "<i4"))
+        launches = [paged.prepare(**paged_arrays(), max_query_len=4, params={"window": 8},
+                                  sinks=sinks),
+                    encoder.prepare_varlen(**varlen_arrays, max_seq_len=7, sinks=sinks)]
+        for launch in launches:
+            with self.subTest(launch.call):
+                self.assertEqual(launch.args.sinks, sinks.ptr)
+                self.assertIs(launch.arrays["sinks"], sinks)
+                with self.assertRaises(flexjit.FlexjitError) as caught:
+                    launch.launch()
+                self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
+                launch.args.sinks = sinks.ptr + 2
+                with self.assertRaises(flexjit.FlexjitError) as caught:
+                    launch.launch()
+                self.assertEqual(caught.exception.status, Status.INVALID_ARGUMENT)
+                self.assertIn("sinks is not 4-byte aligned", caught.exception.message)
+                launch.args.struct_size = type(launch.args).sinks.offset
+                with self.assertRaises(flexjit.FlexjitError) as caught:
+                    launch.launch()
+                self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
+        self.assertIsNone(paged.prepare(**paged_arrays(), max_query_len=4).args.sinks)
+        self.assertIsNone(encoder.prepare_varlen(**varlen_arrays, max_seq_len=7).args.sinks)
+        with self.assertRaisesRegex(ValueError, r"sinks: 2 entries, expected one per query "
+                                    r"head \(4\)"):
+            paged.prepare(**paged_arrays(), max_query_len=4, sinks=CudaArray((2,), "<f4"))
+        with self.assertRaisesRegex(ValueError, "sinks: dtype fp16, expected fp32"):
+            encoder.prepare_varlen(**varlen_arrays, max_seq_len=7, sinks=CudaArray((4,)))
+
+    def test_paged_args_write_each_calls_sinks(self):
+        # The kept struct takes each call's sinks pointer, and whether there are sinks (and
+        # their shape, dtype, device) is part of the geometry: other sinks run the checks.
+        kernel = self.ctx.kernel(self.program, "causal", head_dim=128, dtype="bf16",
+                                 page_size=64, arch="sm_90a")
+        arrays = torch_like_paged_arrays()  # 32 query heads
+        device = arrays["q"].device
+
+        def sinks(ptr, shape=(32,), dtype="torch.float32"):
+            made = FakeTensor(shape, dtype, ptr=ptr)
+            made.device = device  # one device object, as torch's compare equal
+            return made
+
+        for ptr in (0x7F0000600000, 0x7F0000700000):
+            args, _ = kernel.paged_args(**arrays, max_query_len=3, sinks=sinks(ptr))
+            self.assertEqual(args.sinks, ptr)
+            self.assertEqual(args.q, arrays["q"].data_ptr())
+        self.assertEqual(len(kernel._templates), 1)
+        args, _ = kernel.paged_args(**arrays, max_query_len=3)
+        self.assertIsNone(args.sinks)
+        self.assertEqual(len(kernel._templates), 2)
+        args, _ = kernel.paged_args(**arrays, max_query_len=3, sinks=sinks(0x7F0000800000))
+        self.assertEqual((args.sinks, len(kernel._templates)), (0x7F0000800000, 2))
+        for bad, message in ((sinks(0x7F0000800000, dtype="torch.bfloat16"),
+                              "sinks: dtype bf16, expected fp32"),
+                             (sinks(0x7F0000800000, shape=(16,)), "sinks: 16 entries"),
+                             (FakeTensor((32,), "torch.float32", device=None),
+                              "sinks: not a CUDA device array")):
+            with self.subTest(message):
+                with self.assertRaisesRegex(ValueError, message):
+                    kernel.paged_args(**arrays, max_query_len=3, sinks=bad)
+                with self.assertRaisesRegex(ValueError, message):
+                    kernel(**arrays, max_query_len=3, sinks=bad)
+
     def test_float_params_reach_the_struct(self):
         program = self.ctx.program(TYPED, name="typed.mask")
         kernel = self.ctx.kernel(program, "v", head_dim=64, dtype="fp16", page_size=16,
@@ -526,6 +600,55 @@ class ModuleTest(unittest.TestCase):
         kernel = ctx.kernel(program, "m", head_dim=64, arch="sm_80")
         self.assertIn("sm80", kernel.name)
         del ctx, program, kernel  # the kernel keeps program and context alive until it goes
+
+
+def _floats(array, count):
+    """The float32 values behind a test_bad_input.HostArray (whose `values` are ints)."""
+    return (ctypes.c_float * count).from_address(array.ptr)
+
+
+def _half(bits):
+    return struct.unpack("<e", struct.pack("<H", bits))[0]
+
+
+@unittest.skipUnless(library_available(), "libflexjit_runtime.so not found (set FLEXJIT_LIBRARY)")
+class CpuSinksTest(unittest.TestCase):
+    """Sinks through the paged struct into the CPU backend, on host memory. test_bad_input's
+    batch has q = 1, k = 1/2 and v = 1 everywhere: every score is 64 * 1/2 / sqrt(64) = 4 and
+    every value 1, so a row that sees n keys gets out = n e^4 / (n e^4 + e^sink) and lse =
+    log(n e^4 + e^sink); a row that sees none out 0 and lse = the sink."""
+
+    SINKS = [-math.inf, -3.0, 4.0, 9.0]  # per head; -inf is no sink
+
+    def test_sinks_join_the_denominator(self):
+        ctx = flexjit.Context()
+        program = ctx.program("mask causal = q >= kv\nmask nothing = kv < 0\n", name="s.mask")
+        for mask in ("causal", "nothing"):
+            with self.subTest(mask=mask):
+                kernel = ctx.kernel(program, mask, head_dim=64, dtype="fp16", page_size=16,
+                                    arch="cpu")
+                batch = cpu_batch([1])
+                sinks, lse = HostArray((4,), "<f4"), HostArray((4, 4), "<f4")
+                _floats(sinks, 4)[:] = self.SINKS
+                kernel.prepare(**batch, lse=lse, sinks=sinks, max_query_len=4).launch()
+                out, lse = batch["out"].values, _floats(lse, 16)
+                for token in range(4):
+                    # 12 cached keys and 4 new tokens: token t sits at 12 + t.
+                    visible = 13 + token if mask == "causal" else 0
+                    for head, sink in enumerate(self.SINKS):
+                        total = visible * math.exp(4.0) + math.exp(sink)
+                        want_out = visible * math.exp(4.0) / total if total else 0.0
+                        want_lse = math.log(total) if total else -math.inf
+                        where = f"token {token} head {head}"
+                        row = (token * 4 + head) * 64
+                        self.assertAlmostEqual(_half(out[row]), want_out, delta=1e-3, msg=where)
+                        self.assertAlmostEqual(_half(out[row + 63]), want_out, delta=1e-3,
+                                               msg=where)
+                        if math.isinf(want_lse):
+                            self.assertEqual(lse[token * 4 + head], want_lse, where)
+                        else:
+                            self.assertAlmostEqual(lse[token * 4 + head], want_lse, delta=1e-4,
+                                                   msg=where)
 
 
 class DefineTextTest(unittest.TestCase):

@@ -163,6 +163,11 @@ class TorchOpsTest(unittest.TestCase):
                 self.assertEqual(written, ["out", "lse", "workspace"])
                 self.assertEqual(len(schema.returns), 0)
                 self.assertEqual(str(schema), "flexjit::" + name + self.ops.SCHEMAS[name])
+                # Added in 0.7 after every older argument, with a default: calls that name
+                # none still match.
+                sinks = schema.arguments[-1]
+                self.assertEqual((sinks.name, sinks.has_default_value(), sinks.default_value),
+                                 ("sinks", True, None))
 
     def test_registry(self):
         self.assertIs(self.ops.lookup("test.sliding"), self.kernel)
@@ -205,6 +210,22 @@ class TorchOpsTest(unittest.TestCase):
             with self.assertRaisesRegex(RuntimeError, "lse is torch.bfloat16"):
                 self.ops.paged_attention("test.sliding", **batch, max_query_len=3,
                                          lse=torch.empty(4, HEADS, dtype=torch.bfloat16))
+            out = self.ops.paged_attention("test.sliding", **batch, max_query_len=3,
+                                           sinks=torch.empty(HEADS))
+            self.assertEqual(tuple(out.shape), (4, HEADS, HEAD_DIM))
+            for op, args in (("paged_attention", dict(max_query_len=3)), ("plan_run", {})):
+                with self.subTest(op=op):
+                    with self.assertRaisesRegex(RuntimeError, "sinks is torch.bfloat16"):
+                        getattr(self.ops, op)("test.sliding", **batch, **args,
+                                              sinks=torch.empty(HEADS, dtype=torch.bfloat16))
+                    with self.assertRaisesRegex(RuntimeError,
+                                                r"sinks \(3,\), expected \(8,\)"):
+                        getattr(self.ops, op)("test.sliding", **batch, **args,
+                                              sinks=torch.empty(3))
+            with self.assertRaisesRegex(RuntimeError, r"sinks is torch.float32 \(8, 1\)"):
+                self.ops.varlen_attention("test.encoder", q, kv, kv,
+                                          torch.empty(3, dtype=torch.int32), max_seq_len=5,
+                                          sinks=torch.empty(HEADS, 1))
 
     @unittest.skipIf(cuda_available(), "with a GPU the stand-ins' pointers would be launched; "
                      "TorchOpsGpuTest runs the implementations there")
@@ -247,6 +268,15 @@ class TorchOpsTest(unittest.TestCase):
                     impls[name](*args)
                 self.assertEqual(caught.exception.status, flexjit.Status.CUDA,
                                  caught.exception)
+        sinks = FakeTensor((HEADS,), "torch.float32")
+        for name, args in calls:
+            with self.subTest(op=name, sinks="given"):
+                with self.assertRaises(flexjit.FlexjitError) as caught:
+                    impls[name](*args, sinks)
+                self.assertEqual(caught.exception.status, flexjit.Status.CUDA,
+                                 caught.exception)
+                with self.assertRaisesRegex(ValueError, "sinks: 4 entries"):
+                    impls[name](*args, FakeTensor((4,), "torch.float32"))
         args = calls[0][1]
         with self.assertRaisesRegex(ValueError, "lse: shape"):
             impls["paged_attention"](*args[:8], FakeTensor((3, HEADS), "torch.float32"),
@@ -338,6 +368,39 @@ class TorchOpsGpuTest(unittest.TestCase):
         self.assert_identical(out, self.kernels["document"](**batch, max_query_len=64,
                                                             arrays=doc), "document, workspace")
 
+    def test_sinks_match_the_ctypes_call_and_rescale_the_rows(self):
+        # The operators pass the sinks through (bit for bit the ctypes call's result), and a
+        # sink rescales each row of the call without it: out = out0 * e^lse0 / (e^lse0 +
+        # e^sink) = out0 * sigmoid(lse0 - sink), lse = logaddexp(lse0, sink).
+        batch = paged_batch([1, 17, 64, 1], [300, 17, 200, 33], device="cuda", seed=6)
+        tokens = batch["q"].shape[0]
+        sinks = torch.linspace(-2.0, 6.0, HEADS, device="cuda")
+        sinks[0] = float("-inf")  # no sink
+        for mask, params, arrays in self.cases(batch):
+            with self.subTest(mask=mask):
+                options = dict(max_query_len=64, params=params, arrays=arrays)
+                lse0 = torch.zeros(tokens, HEADS, device="cuda")
+                out0 = self.kernels[mask](**batch, lse=lse0, **options)
+                want_lse = torch.zeros(tokens, HEADS, device="cuda")
+                want = self.kernels[mask](**batch, lse=want_lse, sinks=sinks, **options)
+                lse = torch.full((tokens, HEADS), float("nan"), device="cuda")
+                out = self.ops.paged_attention("gpu." + mask, **batch, out=nan_like(batch["q"]),
+                                               lse=lse, sinks=sinks, **options)
+                torch.cuda.synchronize()
+                self.assert_identical(out, want, f"{mask} out with sinks")
+                self.assert_identical(lse, want_lse, f"{mask} lse with sinks")
+                weight = torch.sigmoid(lse0 - sinks)
+                torch.testing.assert_close(out.float(), out0.float() * weight[..., None],
+                                           atol=2e-2, rtol=2e-2)
+                torch.testing.assert_close(lse, torch.logaddexp(lse0, sinks.expand_as(lse0)),
+                                           atol=1e-3, rtol=1e-4)
+        with self.assertRaisesRegex(ValueError, "sinks: not a CUDA device array"):
+            self.ops.paged_attention("gpu.causal", **batch, max_query_len=64,
+                                     sinks=sinks.cpu())
+        with self.assertRaisesRegex(ValueError, "sinks: dtype bf16, expected fp32"):
+            self.ops.paged_attention("gpu.causal", **batch, max_query_len=64,
+                                     sinks=sinks.bfloat16())
+
     def test_checks_are_the_ctypes_calls(self):
         batch = paged_batch([2], [20], device="cuda")
         with self.assertRaisesRegex(ValueError, "q: dtype fp16, expected bf16"):
@@ -359,8 +422,15 @@ class TorchOpsGpuTest(unittest.TestCase):
         want = self.encoder.varlen(q, k, v, cu, max_seq_len=129, arrays={"doc": doc})
         out = self.ops.varlen_attention("gpu.encoder", q, k, v, cu, max_seq_len=129,
                                         out=nan_like(q), arrays={"doc": doc})
+        sinks = torch.linspace(-2.0, 6.0, HEADS, device="cuda")
+        want_sinks = self.encoder.varlen(q, k, v, cu, max_seq_len=129, arrays={"doc": doc},
+                                         sinks=sinks)
+        out_sinks = self.ops.varlen_attention("gpu.encoder", q, k, v, cu, max_seq_len=129,
+                                              out=nan_like(q), arrays={"doc": doc}, sinks=sinks)
         torch.cuda.synchronize()
         self.assert_identical(out, want, "varlen out")
+        self.assert_identical(out_sinks, want_sinks, "varlen out with sinks")
+        self.assertFalse(torch.equal(out_sinks, out), "the sinks changed nothing")
 
     def test_compile_fullgraph_matches_eager(self):
         def step(batch, doc, window, longest):
@@ -410,7 +480,7 @@ class TorchOpsGpuTest(unittest.TestCase):
 
         return plan, static, out, load, len(batches)
 
-    def check_replays(self, graph, run, static, out, load, count):
+    def check_replays(self, graph, run, static, out, load, count, sinks=None):
         for i in range(count):
             with self.subTest(batch=i):
                 tokens, b = load(i)
@@ -423,7 +493,8 @@ class TorchOpsGpuTest(unittest.TestCase):
                 torch.cuda.synchronize()
                 self.assert_identical(replayed, out[:tokens], f"replay of batch {i}")
                 # And close to the unplanned kernel over the batch's own tensors.
-                want = self.kernels["causal"](**b)  # max_query_len read from the batch
+                # max_query_len read from the batch
+                want = self.kernels["causal"](**b, sinks=sinks)
                 torch.cuda.synchronize()
                 # Split-KV decode merges float32 partials: within bf16 rounding, not equal.
                 torch.testing.assert_close(replayed.float(), want.float(), atol=2e-2, rtol=2e-2,
@@ -438,6 +509,18 @@ class TorchOpsGpuTest(unittest.TestCase):
 
         graph = capture_graph(run)
         self.check_replays(graph, run, static, out, load, count)
+
+    def test_plan_run_with_sinks_in_a_cuda_graph(self):
+        # Split requests merge their partials without the sink and add it once.
+        plan, static, out, load, count = self.plan_setup("gpu.plan.sinks")
+        sinks = torch.linspace(-1.0, 5.0, HEADS, device="cuda")
+        load(0)
+
+        def run():
+            self.ops.plan_run("gpu.plan.sinks", **static, out=out, sinks=sinks)
+
+        graph = capture_graph(run)
+        self.check_replays(graph, run, static, out, load, count, sinks=sinks)
 
     def test_compiled_plan_run_in_a_cuda_graph(self):
         plan, static, out, load, count = self.plan_setup("gpu.plan.compiled")

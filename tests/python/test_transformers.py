@@ -6,6 +6,7 @@ reason without torch and transformers; the CUDA bf16 case also without a GPU).
 """
 
 import copy
+import types
 import unittest
 
 from support import library_available
@@ -60,7 +61,6 @@ class ConfigMapping(unittest.TestCase):
 
     def test_errors_name_the_field(self):
         cases = [
-            ({"model_type": "gpt_oss", "num_hidden_layers": 1}, "model_type", "sink"),
             ({"num_hidden_layers": 1, "layer_types": ["chunked_attention"]}, "layer_types[0]",
              "chunked_attention"),
             ({"num_hidden_layers": 1, "layer_types": ["sliding_attention"],
@@ -80,10 +80,49 @@ class ConfigMapping(unittest.TestCase):
             self.assertIn(field, str(caught.exception))
             self.assertIn(words, str(caught.exception))
 
+    def test_gpt_oss_layers_have_sinks(self):
+        config = {"model_type": "gpt_oss", "num_hidden_layers": 4, "sliding_window": 128,
+                  "layer_types": ["sliding_attention", "full_attention"] * 2}
+        self.assertEqual(fjt.layer_plan(config), [fjt.LayerAttention("sliding", 128, None, True),
+                                                  fjt.LayerAttention("causal", None, None, True)]
+                         * 2)
+        self.assertFalse(any(layer.sinks for layer in fjt.layer_plan(dict(config,
+                                                                          model_type="llama"))))
+
     def test_config_objects_read_like_dicts(self):
         class Config:
             num_hidden_layers, sliding_window, layer_types = 1, 16, None
         self.assertEqual(fjt.layer_plan(Config()), [fjt.LayerAttention("sliding", 16, None)])
+
+
+class CallChecks(unittest.TestCase):
+    """What the attention function checks of a layer's call before it needs torch."""
+
+    MASKS = fjt.Masks("sliding", 8, 1, 1, None, None, None)
+
+    def layer(self, model_type=None):
+        config = {"model_type": model_type, "num_hidden_layers": 2, "sliding_window": 8,
+                  "layer_types": ["sliding_attention", "full_attention"]}
+        return types.SimpleNamespace(config=config, layer_idx=0, training=False)
+
+    def test_sink_layers_must_pass_s_aux(self):
+        # Without it, sinks that transformers passed under another name would go unused.
+        with self.assertRaises(fjt.UnsupportedConfig) as caught:
+            fjt._check_call(self.layer("gpt_oss"), self.MASKS, 0.0, {})
+        self.assertEqual(caught.exception.field, "s_aux")
+        self.assertIn("'gpt_oss' has attention sinks, but layer 0 passed no s_aux",
+                      str(caught.exception))
+        self.assertEqual(fjt._check_call(self.layer("gpt_oss"), self.MASKS, 0.0,
+                                         {"s_aux": object()}),
+                         fjt.LayerAttention("sliding", 8, None, True))
+
+    def test_s_aux_is_taken_from_any_layer(self):
+        # A model type not known for sinks that passes s_aux gets them too.
+        self.assertEqual(fjt._check_call(self.layer("mistral"), self.MASKS, 0.0,
+                                         {"s_aux": object()}).kind, "sliding")
+        self.assertEqual(fjt._check_call(types.SimpleNamespace(), self.MASKS, 0.0,
+                                         {"s_aux": object()}),
+                         fjt.LayerAttention("sliding", 8, None, True))
 
 
 class MaskPrograms(unittest.TestCase):
@@ -125,7 +164,7 @@ def _configs():
     common = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
                   pad_token_id=0, bos_token_id=1, eos_token_id=None)
-    return {
+    configs = {
         "llama": transformers.LlamaConfig(num_hidden_layers=2, **common),
         "mistral": transformers.MistralConfig(num_hidden_layers=2, sliding_window=8, **common),
         # A cap of 0.5 bends the random model's scores (|score| ~ 0.5) where 50 would not.
@@ -138,6 +177,13 @@ def _configs():
             num_hidden_layers=3, sliding_window=8, query_pre_attn_scalar=64,
             layer_types=["sliding_attention", "full_attention", "sliding_attention"], **common),
     }
+    if hasattr(transformers, "GptOssConfig"):
+        # Sliding then full, a learnable sink per query head on both (s_aux); 2 experts, one
+        # per token; plain RoPE (its default YaRN expects longer contexts).
+        configs["gpt_oss"] = transformers.GptOssConfig(
+            num_hidden_layers=2, sliding_window=8, num_local_experts=2, num_experts_per_tok=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
+    return configs
 
 
 PROMPT_LENGTHS = (5, 13, 21)
@@ -320,13 +366,14 @@ class Errors(unittest.TestCase):
         return cls(vocab_size=128, hidden_size=128, intermediate_size=128, num_hidden_layers=1,
                    num_attention_heads=2, num_key_value_heads=1, head_dim=64, **extra)
 
-    def test_gpt_oss_sinks(self):
+    def test_s_aux_of_another_shape(self):
         if not hasattr(transformers, "GptOssConfig"):
             self.skipTest("this transformers has no gpt-oss")
-        config = self.small(transformers.GptOssConfig, num_local_experts=2,
-                            num_experts_per_tok=1, sliding_window=8)
-        error = self.assert_field("model_type", lambda: self.forward(self.model(config)))
-        self.assertIn("issue 34", str(error))
+        model = self.model(self.small(transformers.GptOssConfig, num_local_experts=2,
+                                      num_experts_per_tok=1, sliding_window=8))
+        model.model.layers[0].self_attn.sinks = torch.nn.Parameter(torch.zeros(3))
+        error = self.assert_field("s_aux", lambda: self.forward(model))
+        self.assertIn("one sink logit per query head (2), got shape (3,)", str(error))
 
     def test_float32_without_float32_as(self):
         fjt.register()

@@ -386,14 +386,16 @@ class Kernel(_Handle):
         return text.value.decode()
 
     def prepare(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out=None,
-                lse=None, max_query_len=None, params=None, arrays=None, scale=0.0,
+                lse=None, sinks=None, max_query_len=None, params=None, arrays=None, scale=0.0,
                 kv_layout="NHD"):
         """Checks the arrays once and builds the C argument struct: Launch.launch() then only
         calls fj_paged_attention. `out` defaults to a new tensor like q (torch only).
         `max_query_len` is the host copy of the longest query; computed from a torch
         query_start_loc if omitted (a device synchronisation). `params`: {name: value} of scalar
         runtime parameters (Program.param_values); `arrays`: {name: device array} of array
-        parameters (Program.array_values), e.g. {"prefix_len": int32 [num_reqs]}."""
+        parameters (Program.array_values), e.g. {"prefix_len": int32 [num_reqs]}. `sinks`:
+        attention sinks (since 0.7), float32 [num_heads] on q's device: head h's logit joins
+        the softmax denominator of each of its rows (fj_paged_attention_args.sinks)."""
         if self.page_size == 0:
             raise ValueError(f"kernel {self.mask!r} was created with page_size 0 (contiguous "
                              f"K/V): use varlen()")
@@ -402,8 +404,7 @@ class Kernel(_Handle):
             max_query_len = _max_length(query_start_loc, "max_query_len", "query_start_loc")
         named = dict(q=q, out=out, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
                      query_start_loc=query_start_loc, seq_lens=seq_lens)
-        if lse is not None:
-            named["lse"] = lse
+        named.update((name, a) for name, a in (("lse", lse), ("sinks", sinks)) if a is not None)
         described = {name: describe(obj, name) for name, obj in named.items()}
         fields = paged_fields(head_dim=self.head_dim, page_size=self.page_size,
                               dtype=self.dtype, kv_layout=kv_layout, **described)
@@ -416,8 +417,8 @@ class Kernel(_Handle):
         return Launch(self, args, common.values, named, common.stream)
 
     def __call__(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
-                 out=None, lse=None, max_query_len=None, params=None, arrays=None, scale=0.0,
-                 kv_layout="NHD", stream=None):
+                 out=None, lse=None, sinks=None, max_query_len=None, params=None, arrays=None,
+                 scale=0.0, kv_layout="NHD", stream=None):
         """Checks (as prepare()), launches on `stream` (default: torch's current stream for
         torch tensors, else the legacy default stream) and returns `out`."""
         if self.page_size != 0:
@@ -428,12 +429,12 @@ class Kernel(_Handle):
         data = key = None
         if not arrays:
             data, default_stream, key = self._checked_args(
-                q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+                q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
                 max_query_len, scale, kv_layout, _params_key(params) if params else ())
         if data is None:
             args, default_stream = self._template(
                 key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-                max_query_len, params, arrays, scale, kv_layout)
+                sinks, max_query_len, params, arrays, scale, kv_layout)
             data = ctypes.byref(args)
         if stream is not None:
             default_stream = _stream_handle(stream)
@@ -444,7 +445,7 @@ class Kernel(_Handle):
         return out
 
     def paged_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out,
-                   lse=None, max_query_len, params=None, arrays=None, scale=0.0,
+                   lse=None, sinks=None, max_query_len, params=None, arrays=None, scale=0.0,
                    kv_layout="NHD"):
         """(fj_paged_attention_args, default stream handle) of one call, with prepare()'s
         checks and struct, for callers that launch at once (__call__, torch.ops.flexjit).
@@ -456,15 +457,15 @@ class Kernel(_Handle):
         data = key = None
         if not arrays:
             data, stream, key = self._checked_args(
-                q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+                q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
                 max_query_len, scale, kv_layout, _params_key(params) if params else ())
         if data is not None:
             return PagedAttentionArgs.from_buffer_copy(data), stream
         return self._template(key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                              out, lse, max_query_len, params, arrays, scale, kv_layout)
+                              out, lse, sinks, max_query_len, params, arrays, scale, kv_layout)
 
     def _checked_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
-                      lse, max_query_len, scale, kv_layout, params_key):
+                      lse, sinks, max_query_len, scale, kv_layout, params_key):
         """(fj_paged_attention_args as bytes, default stream, None) of a call whose geometry
         an earlier call checked (_template), with this call's pointers; else (None, None, key):
         the key to keep the call's template under, None where there is none (arrays that are
@@ -483,7 +484,9 @@ class Kernel(_Handle):
                    query_start_loc.shape, query_start_loc.stride(), query_start_loc.dtype,
                    query_start_loc.device,
                    seq_lens.shape, seq_lens.stride(), seq_lens.dtype, seq_lens.device,
-                   None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device))
+                   None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device),
+                   None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype,
+                                               sinks.device))
             templates = self._templates
             last_key, template = templates.last
             if key != last_key:
@@ -496,21 +499,23 @@ class Kernel(_Handle):
         data = _PAGED_POINTERS.pack(
             template.head, q.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             query_start_loc.data_ptr(), seq_lens.data_ptr(), block_table.data_ptr(),
-            0 if lse is None else lse.data_ptr(), template.tail)
+            0 if lse is None else lse.data_ptr(), template.middle,
+            0 if sinks is None else sinks.data_ptr())
         return data, None if calls is None else calls.current_stream(template.device), None
 
     def _template(self, key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
-                  lse, max_query_len, params, arrays, scale, kv_layout):
+                  lse, sinks, max_query_len, params, arrays, scale, kv_layout):
         """prepare()'s (struct, default stream) of a call, its template kept under `key`
         (unless None) for _checked_args."""
         launch = self.prepare(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                              out=out, lse=lse, max_query_len=max_query_len, params=params,
-                              arrays=arrays, scale=scale, kv_layout=kv_layout)
+                              out=out, lse=lse, sinks=sinks, max_query_len=max_query_len,
+                              params=params, arrays=arrays, scale=scale, kv_layout=kv_layout)
         if key is not None:
             raw = bytes(launch.args)
             # The params array the struct points into is kept with it.
             self._templates.keep(key, _Template(raw[:_PAGED_POINTERS_START],
-                                                raw[_PAGED_POINTERS_END:], launch._param_values,
+                                                raw[_PAGED_POINTERS_END:_PAGED_SINKS],
+                                                launch._param_values,
                                                 getattr(q.device, "index", None)))
         return launch.args, launch._default_stream
 
@@ -527,8 +532,8 @@ class Kernel(_Handle):
         if status:
             self._failed(status, "fj_paged_attention")
 
-    def prepare_varlen(self, q, k, v, cu_seqlens, *, out=None, lse=None, max_seq_len=None,
-                       params=None, arrays=None, scale=0.0):
+    def prepare_varlen(self, q, k, v, cu_seqlens, *, out=None, lse=None, sinks=None,
+                       max_seq_len=None, params=None, arrays=None, scale=0.0):
         """As prepare(), for a page_size 0 kernel over contiguous, packed K/V without a cache
         (fj_varlen_attention, the encoder case): q, k, v, out [num_tokens, heads, head_dim]
         (k and v with num_kv_heads heads), cu_seqlens int32 [num_seqs + 1]; `max_seq_len` is
@@ -540,8 +545,7 @@ class Kernel(_Handle):
         if max_seq_len is None:
             max_seq_len = _max_length(cu_seqlens, "max_seq_len", "cu_seqlens")
         named = dict(q=q, k=k, v=v, out=out, cu_seqlens=cu_seqlens)
-        if lse is not None:
-            named["lse"] = lse
+        named.update((name, a) for name, a in (("lse", lse), ("sinks", sinks)) if a is not None)
         described = {name: describe(obj, name) for name, obj in named.items()}
         fields = varlen_fields(head_dim=self.head_dim, dtype=self.dtype, **described)
         common = self._common(q, described, params, arrays, num_reqs=fields["num_seqs"],
@@ -631,19 +635,22 @@ class _Template(NamedTuple):
     """A checked call's fj_paged_attention_args around its pointers (Kernel._checked_args)."""
 
     head: bytes  # the bytes before q
-    tail: bytes  # the bytes after lse
+    middle: bytes  # the bytes between lse and sinks (the last field)
     keep: object  # the ctypes arrays the struct points into
     device: Optional[int]  # q's device: the default stream is torch's current one there
 
 
-# The pointer fields q .. lse are consecutive: a call writes them with one pack.
+# The pointer fields q .. lse are consecutive, and sinks ends the struct: a call writes them
+# with one pack.
 _PAGED_POINTERS_START = PagedAttentionArgs.q.offset
 _PAGED_POINTERS_END = PagedAttentionArgs.lse.offset + 8
+_PAGED_SINKS = PagedAttentionArgs.sinks.offset
 _PAGED_POINTERS = struct.Struct(
-    f"<{_PAGED_POINTERS_START}s8Q{ctypes.sizeof(PagedAttentionArgs) - _PAGED_POINTERS_END}s")
+    f"<{_PAGED_POINTERS_START}s8Q{_PAGED_SINKS - _PAGED_POINTERS_END}sQ")
 assert [name for name, _ in PagedAttentionArgs._fields_[1:9]] == [
     "q", "out", "k_cache", "v_cache", "query_start_loc", "seq_lens", "block_table", "lse"]
 assert _PAGED_POINTERS_END - _PAGED_POINTERS_START == 8 * 8
+assert _PAGED_POINTERS.size == ctypes.sizeof(PagedAttentionArgs)
 
 
 class _TorchCalls(NamedTuple):

@@ -96,7 +96,7 @@ def _unit_last(a):
 
 
 def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_table,
-                 query_start_loc, seq_lens, lse=None, kv_layout="NHD"):
+                 query_start_loc, seq_lens, lse=None, sinks=None, kv_layout="NHD"):
     """Checks the arrays of one paged attention call (docs/architecture.md#call-contract) and
     returns the fields of fj_paged_attention_args they determine (pointers, counts and strides in
     elements).
@@ -105,12 +105,13 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
     num_kv_heads, head_dim] for kv_layout "NHD", [num_blocks, num_kv_heads, page_size, head_dim]
     for "HND"; any strides (a joint cache's [:, 0] / [:, 1] views work). block_table:
     int32 [num_reqs, >= max blocks], query_start_loc int32 [num_reqs + 1], seq_lens int32
-    [num_reqs], lse float32 [num_tokens, num_heads] or None.
+    [num_reqs], lse float32 [num_tokens, num_heads] or None, sinks float32 [num_heads] or None
+    (sinks_pointer).
     """
     if kv_layout not in ("NHD", "HND"):
         raise ValueError(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
     arrays = [q, out, k_cache, v_cache, block_table, query_start_loc, seq_lens]
-    arrays += [lse] if lse is not None else []
+    arrays += [a for a in (lse, sinks) if a is not None]
     for a in arrays:
         if not a.is_cuda:
             raise ValueError(f"{a.name}: not a CUDA device array")
@@ -160,7 +161,7 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
     fields = dict(
         q=q.ptr, out=out.ptr, k_cache=k_cache.ptr, v_cache=v_cache.ptr,
         query_start_loc=query_start_loc.ptr, seq_lens=seq_lens.ptr, block_table=block_table.ptr,
-        lse=0, lse_stride_token=0,
+        lse=0, lse_stride_token=0, sinks=0 if sinks is None else sinks_pointer(sinks, num_heads),
         num_tokens=num_tokens, num_reqs=num_reqs, num_heads=num_heads, num_kv_heads=num_kv_heads,
         max_blocks_per_req=block_table.shape[1], num_blocks=k_cache.shape[0],
         q_stride_token=q.strides[0], q_stride_head=q.strides[1],
@@ -181,15 +182,15 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
     return fields
 
 
-def varlen_fields(*, head_dim, dtype, q, k, v, out, cu_seqlens, lse=None):
+def varlen_fields(*, head_dim, dtype, q, k, v, out, cu_seqlens, lse=None, sinks=None):
     """Checks the arrays of one contiguous-K/V (encoder) call and returns the fields of
     fj_varlen_attention_args they determine.
 
     q, out: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim] (any
     strides, head_dim contiguous); cu_seqlens int32 [num_seqs + 1]; lse float32
-    [num_tokens, num_heads] or None.
+    [num_tokens, num_heads] or None; sinks float32 [num_heads] or None (sinks_pointer).
     """
-    arrays = [q, k, v, out, cu_seqlens] + ([lse] if lse is not None else [])
+    arrays = [q, k, v, out, cu_seqlens] + [a for a in (lse, sinks) if a is not None]
     for a in arrays:
         if not a.is_cuda:
             raise ValueError(f"{a.name}: not a CUDA device array")
@@ -216,7 +217,8 @@ def varlen_fields(*, head_dim, dtype, q, k, v, out, cu_seqlens, lse=None):
         raise ValueError("cu_seqlens: needs num_seqs + 1 >= 1 entries")
     fields = dict(
         q=q.ptr, k=k.ptr, v=v.ptr, out=out.ptr, cu_seqlens=cu_seqlens.ptr, lse=0,
-        lse_stride_token=0, num_tokens=num_tokens, num_seqs=cu_seqlens.shape[0] - 1,
+        lse_stride_token=0, sinks=0 if sinks is None else sinks_pointer(sinks, num_heads),
+        num_tokens=num_tokens, num_seqs=cu_seqlens.shape[0] - 1,
         num_heads=num_heads, num_kv_heads=k.shape[1],
         q_stride_token=q.strides[0], q_stride_head=q.strides[1],
         k_stride_token=k.strides[0], k_stride_head=k.strides[1],
@@ -231,6 +233,22 @@ def varlen_fields(*, head_dim, dtype, q, k, v, out, cu_seqlens, lse=None):
             raise ValueError(f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
         fields.update(lse=lse.ptr, lse_stride_token=lse.strides[0])
     return fields
+
+
+def sinks_pointer(sinks, num_heads):
+    """Checks attention sinks `sinks` (an Array; fj_paged_attention_args.sinks: one logit per
+    query head that joins each row's softmax denominator) and returns its data pointer: float32
+    [num_heads], contiguous, 4-byte aligned. Where it lives (device or host) the caller checks
+    with the call's other arrays."""
+    _rank(sinks, 1, "[num_heads]")
+    _dtype(sinks, "fp32")
+    if sinks.shape[0] != num_heads:
+        raise ValueError(f"{sinks.name}: {sinks.shape[0]} entries, expected one per query head "
+                         f"({num_heads})")
+    _unit_last(sinks)
+    if sinks.ptr % 4 != 0:
+        raise ValueError(f"{sinks.name}: data pointer {sinks.ptr:#x} is not 4-byte aligned")
+    return sinks.ptr
 
 
 def _same_device(arrays):

@@ -136,6 +136,7 @@ class PagedAttentionArgs(ctypes.Structure):
         ("workspace", ctypes.c_void_p),  # null: the kernel's own buffer
         ("workspace_bytes", ctypes.c_uint64),
         ("num_blocks", ctypes.c_int64),  # since 0.5; 0: unchecked
+        ("sinks", ctypes.c_void_p),  # since 0.7; float32 [num_heads], null: no sinks
     ]
 
 
@@ -178,6 +179,7 @@ class VarlenAttentionArgs(ctypes.Structure):
         ("k_stride_batch", ctypes.c_int64),
         ("v_stride_batch", ctypes.c_int64),
         ("out_stride_batch", ctypes.c_int64),
+        ("sinks", ctypes.c_void_p),  # since 0.7; float32 [num_heads], null: no sinks
     ]
 
 

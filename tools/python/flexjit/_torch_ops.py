@@ -30,29 +30,33 @@ __all__ = ["register", "unregister", "lookup", "paged_attention", "varlen_attent
 # What the operators take. The scalar runtime parameters travel as names and numbers (an
 # int or bool parameter's number must be integral), the array parameters as names and tensors;
 # `workspace` (uint8, CUDA) is fj_*_attention_args.workspace, needed to capture a launch whose
-# variant reads arrays along a position dimension.
+# variant reads arrays along a position dimension. `sinks` (float32 [num_heads], since 0.7)
+# comes last with a default, so calls written for the schemas without it still match.
 SCHEMAS = {
     "paged_attention":
         "(str kernel, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
         "Tensor query_start_loc, Tensor seq_lens, Tensor(a!) out, Tensor(b!)? lse, "
         "SymInt max_query_len, float scale, str kv_layout, str[] param_names, "
-        "float[] param_values, str[] array_names, Tensor[] arrays, Tensor(c!)? workspace) -> ()",
+        "float[] param_values, str[] array_names, Tensor[] arrays, Tensor(c!)? workspace, "
+        "Tensor? sinks=None) -> ()",
     "varlen_attention":
         "(str kernel, Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, Tensor(a!) out, "
         "Tensor(b!)? lse, SymInt max_seq_len, float scale, str[] param_names, "
-        "float[] param_values, str[] array_names, Tensor[] arrays, Tensor(c!)? workspace) -> ()",
+        "float[] param_values, str[] array_names, Tensor[] arrays, Tensor(c!)? workspace, "
+        "Tensor? sinks=None) -> ()",
     "plan_run":
         "(str plan, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
         "Tensor query_start_loc, Tensor seq_lens, Tensor(a!) out, Tensor(b!)? lse, "
         "float scale, str kv_layout, str[] param_names, float[] param_values, "
-        "str[] array_names, Tensor[] arrays, Tensor(c!)? workspace) -> ()",
+        "str[] array_names, Tensor[] arrays, Tensor(c!)? workspace, Tensor? sinks=None) -> ()",
     # flexjit.flex_attention's launch on [B, H, S, D] tensors (the batch and head strides, the
     # query and key lengths are read from q, k, v, out as they are at the call); `kernel` is
-    # a key of flexjit.flex.prepare_op, lse float32 [B, Sq, Hq], scale 0: 1/sqrt(D).
+    # a key of flexjit.flex.prepare_op, lse float32 [B, Sq, Hq], scale 0: 1/sqrt(D), sinks
+    # float32 [Hq].
     "flex_attention":
         "(str kernel, Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, "
         "float scale, str[] param_names, float[] param_values, str[] array_names, "
-        "Tensor[] arrays) -> ()",
+        "Tensor[] arrays, Tensor? sinks=None) -> ()",
 }
 
 _registry = {}
@@ -137,11 +141,11 @@ def _params_key(names, values):
 
 
 def _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
-              lse, max_query_len, scale, kv_layout, param_names, param_values, array_names,
-              arrays, workspace):
+              lse, sinks, max_query_len, scale, kv_layout, param_names, param_values,
+              array_names, arrays, workspace):
     """Kernel._template from the operator's lists (prepare()'s checks), with the workspace."""
     args, stream = kernel._template(
-        key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+        key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
         max_query_len,
         (_named_params(kernel.program, param_names, param_values)
          if param_names or param_values else None),
@@ -164,19 +168,19 @@ def _with_workspace(data, workspace):
 
 def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                           out, lse, max_query_len, scale, kv_layout, param_names, param_values,
-                          array_names, arrays, workspace):
+                          array_names, arrays, workspace, sinks=None):
     target = _registry.get(kernel)
     if not isinstance(target, Kernel):
         target = lookup(kernel, Kernel)  # raises
     data = key = None
     if not array_names and not arrays:
         data, stream, key = target._checked_args(
-            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
+            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
             max_query_len, scale, kv_layout,
             _params_key(param_names, param_values) if param_names or param_values else ())
     if data is None:
         data, stream = _template(target, key, q, k_cache, v_cache, block_table, query_start_loc,
-                                 seq_lens, out, lse, max_query_len, scale, kv_layout,
+                                 seq_lens, out, lse, sinks, max_query_len, scale, kv_layout,
                                  param_names, param_values, array_names, arrays, workspace)
     elif workspace is not None:
         data = _with_workspace(data, workspace)
@@ -186,9 +190,9 @@ def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_
 
 
 def _varlen_attention_impl(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, scale,
-                           param_names, param_values, array_names, arrays, workspace):
+                           param_names, param_values, array_names, arrays, workspace, sinks=None):
     target = lookup(kernel, Kernel)
-    launch = target.prepare_varlen(q, k, v, cu_seqlens, out=out, lse=lse,
+    launch = target.prepare_varlen(q, k, v, cu_seqlens, out=out, lse=lse, sinks=sinks,
                                    max_seq_len=max_seq_len, scale=scale,
                                    params=_named_params(target.program, param_names,
                                                         param_values),
@@ -198,7 +202,8 @@ def _varlen_attention_impl(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, s
 
 
 def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-                   scale, kv_layout, param_names, param_values, array_names, arrays, workspace):
+                   scale, kv_layout, param_names, param_values, array_names, arrays, workspace,
+                   sinks=None):
     target = _registry.get(plan)
     if not isinstance(target, Plan):
         target = lookup(plan, Plan)  # raises
@@ -208,12 +213,12 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
     data = key = None
     if not array_names and not arrays:
         data, stream, key = kernel._checked_args(
-            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, 0, scale,
-            kv_layout,
+            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks, 0,
+            scale, kv_layout,
             _params_key(param_names, param_values) if param_names or param_values else ())
     if data is None:
         data, stream = _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc,
-                                 seq_lens, out, lse, 0, scale, kv_layout, param_names,
+                                 seq_lens, out, lse, sinks, 0, scale, kv_layout, param_names,
                                  param_values, array_names, arrays, workspace)
     elif workspace is not None:
         data = _with_workspace(data, workspace)
@@ -221,7 +226,7 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
 
 
 def _flex_attention_impl(kernel, q, k, v, out, lse, scale, param_names, param_values,
-                         array_names, arrays):
+                         array_names, arrays, sinks=None):
     target = _flex.op_kernel(kernel)
     params = _named_params(target.program, param_names, param_values)
     captured = {}
@@ -232,14 +237,15 @@ def _flex_attention_impl(kernel, q, k, v, out, lse, scale, param_names, param_va
     if len(captured) != len(arrays):
         raise ValueError(f"array_names has {len(array_names)} entries, arrays {len(arrays)}")
     with torch.cuda.device(q.device):
-        target.run_values(q, k, v, out, params, captured, lse=lse, scale=scale or None)
+        target.run_values(q, k, v, out, params, captured, lse=lse, sinks=sinks,
+                          scale=scale or None)
 
 
 # --- fake implementations: what torch.compile traces ------------------------------------------
 
-def _fake_checks(q, out, lse):
+def _fake_checks(q, out, lse, sinks):
     """What the fakes check (the CUDA implementations check everything): out is like q, lse
-    float32 [num_tokens, num_heads]."""
+    float32 [num_tokens, num_heads], sinks float32 [num_heads]."""
     torch._check(q.dim() == 3, lambda: f"flexjit: q has shape {tuple(q.shape)}, expected "
                  f"[num_tokens, num_heads, head_dim]")
     torch._check(out.dim() == 3 and out.dtype == q.dtype,
@@ -255,26 +261,39 @@ def _fake_checks(q, out, lse):
             torch._check(lse.shape[d] == q.shape[d],
                          lambda: f"flexjit: lse {tuple(lse.shape)}, expected "
                          f"{tuple(q.shape[:2])}")
+    _fake_sinks(sinks, q.shape[1])
+
+
+def _fake_sinks(sinks, num_heads):
+    """What the fakes check of sinks (None, or float32 [num_heads])."""
+    if sinks is not None:
+        torch._check(sinks.dim() == 1 and sinks.dtype == torch.float32,
+                     lambda: f"flexjit: sinks is {sinks.dtype} {tuple(sinks.shape)}, expected "
+                     f"float32 [num_heads]")
+        torch._check(sinks.shape[0] == num_heads,
+                     lambda: f"flexjit: sinks {tuple(sinks.shape)}, expected ({num_heads},)")
 
 
 def _paged_attention_fake(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                           out, lse, max_query_len, scale, kv_layout, param_names, param_values,
-                          array_names, arrays, workspace):
-    _fake_checks(q, out, lse)
+                          array_names, arrays, workspace, sinks=None):
+    _fake_checks(q, out, lse, sinks)
 
 
 def _varlen_attention_fake(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, scale,
-                           param_names, param_values, array_names, arrays, workspace):
-    _fake_checks(q, out, lse)
+                           param_names, param_values, array_names, arrays, workspace,
+                           sinks=None):
+    _fake_checks(q, out, lse, sinks)
 
 
 def _plan_run_fake(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-                   scale, kv_layout, param_names, param_values, array_names, arrays, workspace):
-    _fake_checks(q, out, lse)
+                   scale, kv_layout, param_names, param_values, array_names, arrays, workspace,
+                   sinks=None):
+    _fake_checks(q, out, lse, sinks)
 
 
 def _flex_attention_fake(kernel, q, k, v, out, lse, scale, param_names, param_values,
-                         array_names, arrays):
+                         array_names, arrays, sinks=None):
     torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4,
                  lambda: f"flexjit: q, k, v have shapes {tuple(q.shape)}, {tuple(k.shape)}, "
                  f"{tuple(v.shape)}, expected [B, H, S, D]")
@@ -291,6 +310,7 @@ def _flex_attention_fake(kernel, q, k, v, out, lse, scale, param_names, param_va
         for d in range(3):
             torch._check(lse.shape[d] == want[d],
                          lambda: f"flexjit: lse {tuple(lse.shape)}, expected {want}")
+    _fake_sinks(sinks, q.shape[1])
 
 
 _IMPLS = {"paged_attention": (_paged_attention_impl, _paged_attention_fake),
@@ -335,8 +355,8 @@ def _split(params, arrays):
 
 
 def paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
-                    max_query_len, out=None, lse=None, params=None, arrays=None, scale=0.0,
-                    kv_layout="NHD", workspace=None):
+                    max_query_len, out=None, lse=None, sinks=None, params=None, arrays=None,
+                    scale=0.0, kv_layout="NHD", workspace=None):
     """torch.ops.flexjit.paged_attention with Kernel.__call__'s arguments; `kernel` is a key
     given to register(). `max_query_len` (the longest query, a host int) is required: reading
     it from query_start_loc would synchronise. Returns `out` (a new tensor like q if None)."""
@@ -345,24 +365,25 @@ def paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, s
     names, values, array_names, tensors = _split(params, arrays)
     _paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
                      lse, max_query_len, float(scale), kv_layout, names, values, array_names,
-                     tensors, workspace)
+                     tensors, workspace, sinks)
     return out
 
 
 def varlen_attention(kernel, q, k, v, cu_seqlens, *, max_seq_len, out=None, lse=None,
-                     params=None, arrays=None, scale=0.0, workspace=None):
+                     sinks=None, params=None, arrays=None, scale=0.0, workspace=None):
     """torch.ops.flexjit.varlen_attention with Kernel.varlen's arguments (a page_size 0
     kernel's key); `max_seq_len` is required. Returns `out`."""
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
     _varlen_attention(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, float(scale), names,
-                      values, array_names, tensors, workspace)
+                      values, array_names, tensors, workspace, sinks)
     return out
 
 
 def plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out=None,
-             lse=None, params=None, arrays=None, scale=0.0, kv_layout="NHD", workspace=None):
+             lse=None, sinks=None, params=None, arrays=None, scale=0.0, kv_layout="NHD",
+             workspace=None):
     """torch.ops.flexjit.plan_run: Plan.run over these tensors, the batch of the plan's last
     update (`plan` is a key given to register()). Capturable in a CUDA graph; update the plan
     outside the capture (Plan.update). Returns `out`."""
@@ -370,7 +391,7 @@ def plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, 
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
     _plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-              float(scale), kv_layout, names, values, array_names, tensors, workspace)
+              float(scale), kv_layout, names, values, array_names, tensors, workspace, sinks)
     return out
 
 

@@ -13,7 +13,7 @@ import sys
 import threading
 
 from . import trace as _trace
-from ._arrays import Array, describe, is_torch_tensor
+from ._arrays import Array, describe, is_torch_tensor, sinks_pointer
 from ._capi import ArrayArg, VarlenAttentionArgs, library
 
 __all__ = ["flex_attention", "flex_attention_paged", "compile_flex", "FlexKernel", "flex_plan",
@@ -90,32 +90,35 @@ class FlexKernel:
                   else data.reshape(rows) for name, (data, rows, cols) in captured.items()}
         return params, arrays
 
-    def run(self, q, k, v, out, *, mask_mod=None, score_mod=None, lse=None, scale=None,
-            stream=None):
+    def run(self, q, k, v, out, *, mask_mod=None, score_mod=None, lse=None, sinks=None,
+            scale=None, stream=None):
         """Attention over contiguous [B, H, S, D] arrays (torch tensors, or host arrays with
         __array_interface__ for a "cpu" kernel): q and out [B, Hq, Sq, D], k and v [B, Hkv,
-        Skv, D], lse float32 [B, Sq, Hq] or None. `mask_mod` and `score_mod` are this call's
+        Skv, D], lse float32 [B, Sq, Hq] or None, sinks float32 [Hq] or None (attention sinks,
+        fj_varlen_attention_args.sinks). `mask_mod` and `score_mod` are this call's
         functions (the ones traced, or others of the same cache key: their captured tensors
         and Runtime values are read now)."""
-        arrays, lse_stride, host = self._checked(q, k, v, out, lse)
+        arrays, lse_stride, host = self._checked(q, k, v, out, lse, sinks)
         params, captured = self.launch_arguments(mask_mod, score_mod, "cpu" if host else q.device)
         return self._launch(arrays, q, out, params, captured, lse_stride, scale, stream, host)
 
-    def run_values(self, q, k, v, out, params, captured, *, lse=None, scale=None, stream=None):
+    def run_values(self, q, k, v, out, params, captured, *, lse=None, sinks=None, scale=None,
+                   stream=None):
         """run() with the launch values given rather than read from the functions: `params`
         {name: value}, `captured` {array param: (object holding the data, rows, cols)} on the
         kernel's device (launch_arguments' result; torch.ops.flexjit.flex_attention's)."""
-        arrays, lse_stride, host = self._checked(q, k, v, out, lse)
+        arrays, lse_stride, host = self._checked(q, k, v, out, lse, sinks)
         return self._launch(arrays, q, out, params, captured, lse_stride, scale, stream, host)
 
-    def _checked(self, q, k, v, out, lse):
+    def _checked(self, q, k, v, out, lse, sinks):
         """(described arrays by name, lse's token stride, whether on the host) after run()'s
         checks."""
         if self.kernel.page_size != 0:
             raise ValueError("run() needs a kernel of page size 0 (compile_flex(page_size=0))")
         host = self.arch == "cpu"
-        arrays = {n: _describe(obj, n, host) for n, obj in
-                  dict(q=q, k=k, v=v, out=out, **({"lse": lse} if lse is not None else {})).items()}
+        named = dict(q=q, k=k, v=v, out=out)
+        named.update((name, a) for name, a in (("lse", lse), ("sinks", sinks)) if a is not None)
+        arrays = {n: _describe(obj, n, host) for n, obj in named.items()}
         for name in ("q", "k", "v", "out"):
             a = arrays[name]
             if len(a.shape) != 4:
@@ -146,6 +149,12 @@ class FlexKernel:
                                  f"with rows packed by token, got {a.dtype} {a.shape} strides "
                                  f"{a.strides}")
             lse_stride = a.strides[1]
+        if sinks is not None:
+            a = arrays["sinks"]
+            sinks_pointer(a, heads)
+            if a.device_index != arrays["q"].device_index:
+                raise ValueError(f"sinks: on cuda:{a.device_index}, q on "
+                                 f"cuda:{arrays['q'].device_index}")
         return arrays, lse_stride, host
 
     def _launch(self, arrays, q, out, params, captured, lse_stride, scale, stream, host):
@@ -154,7 +163,7 @@ class FlexKernel:
         cols)} on the kernel's device."""
         batch, heads, q_len, _ = arrays["q"].shape
         _, kv_heads, kv_len, _ = arrays["k"].shape
-        lse = arrays.get("lse")
+        lse, sinks = arrays.get("lse"), arrays.get("sinks")
         param_values = self.program.param_values(params)
         descriptors = self.program._arrays_type()
         for name, (keep, rows, cols) in captured.items():
@@ -171,7 +180,8 @@ class FlexKernel:
             params=param_values, num_params=self.program.param_count,
             num_arrays=self.program.array_count, arrays=descriptors,
             cu_seqlens_k=_pointer(key_starts, host) if key_starts is not None else None,
-            num_tokens_k=batch * kv_len, lse_stride_token=lse_stride)
+            num_tokens_k=batch * kv_len, lse_stride_token=lse_stride,
+            sinks=sinks.ptr if sinks is not None else None)
         for name, length in (("q", q_len), ("k", kv_len), ("v", kv_len), ("out", q_len)):
             a = arrays[name]
             setattr(args, f"{name}_stride_token", a.strides[2])
@@ -292,8 +302,9 @@ def compile_flex(mask_mod=None, score_mod=None, *, head_dim, dtype="bf16", page_
 
 
 def _forward_only(*tensors):
+    """Raises if grad is enabled and a tensor (None: no tensor) requires it."""
     torch = sys.modules["torch"]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         raise RuntimeError("flexjit.flex_attention is forward only: an input requires grad "
                            "(use torch.no_grad() or .detach())")
 
@@ -318,18 +329,20 @@ def _usable(t):
 
 
 def flex_attention(query, key, value, score_mod=None, mask_mod=None, scale=None,
-                   enable_gqa=False, return_lse=False):
+                   enable_gqa=False, return_lse=False, *, sinks=None):
     """torch.nn.attention.flex_attention.flex_attention's forward, on flexjit kernels.
 
     query [B, Hq, Sq, D], key and value [B, Hkv, Skv, D] (Hkv = Hq unless enable_gqa), bfloat16
     or float16 torch tensors on a CUDA device, or on the CPU (the CPU backend). Sq may differ
     from Skv: q_idx and kv_idx both count from 0, as in torch. No block mask: the mask's tiles
-    are classified by the compiled kernel. Returns out [B, Hq, Sq, D] (and, with return_lse,
-    the natural-log LSE [B, Hq, Sq], float32, a view of a [B, Sq, Hq] tensor)."""
+    are classified by the compiled kernel. `sinks`: attention sinks (gpt-oss's), a float32 [Hq]
+    tensor on query's device: head h's logit joins the softmax denominator of each of its rows,
+    with no value. Returns out [B, Hq, Sq, D] (and, with return_lse, the natural-log LSE
+    [B, Hq, Sq], float32, a view of a [B, Sq, Hq] tensor)."""
     torch = sys.modules.get("torch")
     if torch is None or not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
         raise TypeError("flex_attention takes torch tensors (FlexKernel.run takes host arrays)")
-    _forward_only(query, key, value)
+    _forward_only(query, key, value, sinks)
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError(f"expected [B, H, S, D] tensors, got {tuple(query.shape)}, "
                          f"{tuple(key.shape)}, {tuple(value.shape)}")
@@ -352,7 +365,7 @@ def flex_attention(query, key, value, score_mod=None, mask_mod=None, scale=None,
         kernel = compile_flex(mask_mod, score_mod, head_dim=head_dim,
                               dtype=_kernel_dtype(query), page_size=0, arch="cpu")
         kernel.run(query, key, value, out, mask_mod=mask_mod, score_mod=score_mod, lse=lse,
-                   scale=scale)
+                   sinks=sinks, scale=scale)
     else:
         from . import _torch_ops
         # prepare_op is a constant of the graph while torch.compile traces
@@ -370,7 +383,7 @@ def flex_attention(query, key, value, score_mod=None, mask_mod=None, scale=None,
             arrays = [data.reshape(rows, cols) for data, rows, cols in captured.values()]
         _torch_ops._flex_attention(op_key, query, key, value, out, lse,
                                    float(scale) if scale is not None else 0.0, names, values,
-                                   array_names, arrays)
+                                   array_names, arrays, sinks)
     return (out, lse.transpose(1, 2)) if return_lse else out
 
 
@@ -454,13 +467,14 @@ def op_values(bindings, mask_mod, score_mod, device):
 
 def flex_attention_paged(query, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
                          score_mod=None, mask_mod=None, scale=None, max_query_len=None,
-                         kv_layout="NHD", out=None, lse=None, plan=None):
+                         kv_layout="NHD", out=None, lse=None, sinks=None, plan=None):
     """The traced pair over vLLM's paged KV cache (Kernel.__call__'s arguments, CUDA tensors):
     query [num_tokens, Hq, D], caches [blocks, page, Hkv, D] ("NHD") or [blocks, Hkv, page, D]
-    ("HND"), block_table, query_start_loc, seq_lens int32. `b` is the request and q_idx the
-    query's logical position (seq_len - query_len + its row in the request: a decode step's
-    query sees the position after its history), as every paged call
-    (docs/architecture.md#call-contract). Returns out (and fills lse when given).
+    ("HND"), block_table, query_start_loc, seq_lens int32, sinks float32 [Hq] or None (as
+    flex_attention's). `b` is the request and q_idx the query's logical position (seq_len -
+    query_len + its row in the request: a decode step's query sees the position after its
+    history), as every paged call (docs/architecture.md#call-contract). Returns out (and fills
+    lse when given).
 
     With `plan` (a FlexPlan of the same functions, from flex_plan), the batch its last update()
     described runs planned (split-KV decode) through torch.ops.flexjit.plan_run: no host-device
@@ -468,23 +482,24 @@ def flex_attention_paged(query, k_cache, v_cache, block_table, query_start_loc, 
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(query, torch.Tensor):
         raise TypeError("flex_attention_paged takes torch tensors")
-    _forward_only(query, k_cache, v_cache)
+    _forward_only(query, k_cache, v_cache, sinks)
     if plan is not None:
         return _planned(plan, query, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                        mask_mod, score_mod, scale, kv_layout, out, lse)
+                        mask_mod, score_mod, scale, kv_layout, out, lse, sinks)
     page_size = k_cache.shape[1] if kv_layout == "NHD" else k_cache.shape[2]
     with torch.cuda.device(query.device):
         kernel = compile_flex(mask_mod, score_mod, head_dim=query.shape[-1],
                               dtype=_kernel_dtype(query), page_size=page_size)
         params, arrays = kernel.paged_arguments(mask_mod, score_mod, query.device)
         return kernel.kernel(query, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                             out=out, lse=lse, max_query_len=max_query_len, params=params,
-                             arrays=arrays, scale=float(scale) if scale is not None else 0.0,
+                             out=out, lse=lse, sinks=sinks, max_query_len=max_query_len,
+                             params=params, arrays=arrays,
+                             scale=float(scale) if scale is not None else 0.0,
                              kv_layout=kv_layout)
 
 
 def _planned(plan, query, k_cache, v_cache, block_table, query_start_loc, seq_lens, mask_mod,
-             score_mod, scale, kv_layout, out, lse):
+             score_mod, scale, kv_layout, out, lse, sinks):
     """flex_attention_paged(plan=): the checks that tie the call to the plan, then
     torch.ops.flexjit.plan_run with the plan's workspace."""
     if not isinstance(plan, FlexPlan):
@@ -508,8 +523,8 @@ def _planned(plan, query, k_cache, v_cache, block_table, query_start_loc, seq_le
         workspace = plan._workspace_for(arrays, num_reqs=seq_lens.shape[0],
                                         num_heads=query.shape[1], device=query.device)
         return _torch_ops.plan_run(plan.op_key, query, k_cache, v_cache, block_table,
-                                   query_start_loc, seq_lens, out=out, lse=lse, params=params,
-                                   arrays=arrays,
+                                   query_start_loc, seq_lens, out=out, lse=lse, sinks=sinks,
+                                   params=params, arrays=arrays,
                                    scale=float(scale) if scale is not None else 0.0,
                                    kv_layout=kv_layout, workspace=workspace)
 

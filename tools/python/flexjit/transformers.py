@@ -9,7 +9,8 @@ register() puts two functions into transformers' interfaces under one name: a ma
 building a dense 4-D mask, and returns a Masks object (the cache offsets and the padding as
 per-request int32 tensors); and an attention function (AttentionInterface), which each layer
 calls with that object and runs flexjit.flex_attention with a mask_mod reading those tensors,
-so one kernel serves every batch, prompt length and decode step.
+so one kernel serves every batch, prompt length and decode step. A layer's learnable sink
+logits (gpt-oss's `s_aux`) go in as flex_attention's `sinks`.
 
 The configuration mapping (layer_attention, LayerAttention, UnsupportedConfig) reads a config
 object or a plain dict and needs neither torch nor transformers.
@@ -25,7 +26,8 @@ __all__ = ["register", "layer_attention", "layer_plan", "LayerAttention", "Unsup
 
 NAME = "flexjit"
 
-# Model types whose attention adds a learnable sink logit per head (transformers' `s_aux`).
+# Model types whose attention adds a learnable sink logit per query head, which transformers
+# passes each layer's attention function as `s_aux`.
 SINK_MODEL_TYPES = ("gpt_oss",)
 
 
@@ -40,11 +42,14 @@ class UnsupportedConfig(ValueError):
 
 class LayerAttention(NamedTuple):
     """What one decoder layer's attention is: `kind` "causal" or "sliding" (a key is visible
-    when 0 <= q - kv < window, in cache positions), `window` (sliding only) and `softcap`
-    (scores become softcap * tanh(score / softcap) after scaling; None for none)."""
+    when 0 <= q - kv < window, in cache positions), `window` (sliding only), `softcap`
+    (scores become softcap * tanh(score / softcap) after scaling; None for none) and `sinks`
+    (a learnable logit per query head joins each row's softmax denominator: transformers
+    passes the layer's as `s_aux`)."""
     kind: str
     window: Optional[int] = None
     softcap: Optional[float] = None
+    sinks: bool = False
 
 
 def _field(config, name, default=None):
@@ -55,11 +60,6 @@ def _field(config, name, default=None):
 
 def _config_errors(config):
     """Raises UnsupportedConfig for what no layer of the model can run."""
-    model_type = _field(config, "model_type")
-    if model_type in SINK_MODEL_TYPES:
-        raise UnsupportedConfig("model_type", f"{model_type!r} models add a learnable sink "
-                                "logit per head (s_aux); flexjit has no attention sinks yet "
-                                "(issue 34)")
     if _field(config, "use_bidirectional_attention", False):
         raise UnsupportedConfig("use_bidirectional_attention", "only causal attention is "
                                 "mapped")
@@ -71,9 +71,11 @@ def layer_attention(config, layer_idx):
     """The LayerAttention of layer `layer_idx` of `config` (a transformers config or a dict):
     `layer_types[layer_idx]` when the config has layer_types ("full_attention" or
     "sliding_attention", the window from `sliding_window`), else sliding for every layer when
-    `sliding_window` is set (Mistral), else causal; `attn_logit_softcapping` as the score.
-    Raises UnsupportedConfig naming the field for what is not mapped."""
+    `sliding_window` is set (Mistral), else causal; `attn_logit_softcapping` as the score;
+    sinks for the model types of SINK_MODEL_TYPES. Raises UnsupportedConfig naming the field
+    for what is not mapped."""
     _config_errors(config)
+    sinks = _field(config, "model_type") in SINK_MODEL_TYPES
     softcap = _field(config, "attn_logit_softcapping")
     if softcap is not None:
         softcap = float(softcap)
@@ -87,16 +89,16 @@ def layer_attention(config, layer_idx):
                                     f"{layer_idx}")
         layer_type = layer_types[layer_idx]
         if layer_type == "full_attention":
-            return LayerAttention("causal", None, softcap)
+            return LayerAttention("causal", None, softcap, sinks)
         if layer_type != "sliding_attention":
             raise UnsupportedConfig(f"layer_types[{layer_idx}]", f"{layer_type!r} is not "
                                     "mapped (full_attention, sliding_attention)")
     elif window is None:
-        return LayerAttention("causal", None, softcap)
+        return LayerAttention("causal", None, softcap, sinks)
     if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
         raise UnsupportedConfig("sliding_window", f"a sliding layer needs a positive int "
                                 f"window, got {window!r}")
-    return LayerAttention("sliding", window, softcap)
+    return LayerAttention("sliding", window, softcap, sinks)
 
 
 def layer_plan(config):
@@ -259,8 +261,9 @@ def build_masks(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
 def attention_function(float32_as=None):
     """transformers' AttentionInterface entry: (module, query [B, Hq, Sq, D], key and value
     [B, Hkv, Skv, D], attention_mask (the Masks of build_masks), scaling, dropout, **kwargs)
-    -> (out [B, Sq, Hq, D], None). `float32_as` ("fp16", "bf16" or None): the kernel dtype that
-    float32 inputs are rounded to, None to refuse them."""
+    -> (out [B, Sq, Hq, D], None); kwargs["s_aux"], the layer's sink logits [Hq] in any float
+    dtype, are passed as float32 sinks. `float32_as` ("fp16", "bf16" or None): the kernel dtype
+    that float32 inputs are rounded to, None to refuse them."""
     if float32_as not in (None, "fp16", "bf16"):
         raise ValueError(f"float32_as: expected None, 'fp16' or 'bf16', got {float32_as!r}")
 
@@ -284,8 +287,15 @@ def attention_function(float32_as=None):
             kernel_dtype = torch.float16 if float32_as == "fp16" else torch.bfloat16
             query, key, value = (t.to(kernel_dtype) for t in (query, key, value))
         score = softcap_score(layer.softcap) if layer.softcap is not None else None
+        sinks = kwargs.get("s_aux")
+        if sinks is not None:
+            if sinks.dim() != 1 or sinks.shape[0] != query.shape[1]:
+                raise UnsupportedConfig("s_aux", f"expected one sink logit per query head "
+                                        f"({query.shape[1]}), got shape {tuple(sinks.shape)}")
+            sinks = sinks.to(device=query.device, dtype=torch.float32).contiguous()
         out = flex_attention(query, key, value, score_mod=score, mask_mod=mask_mod(layer, masks),
-                             scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+                             scale=scaling, enable_gqa=query.shape[1] != key.shape[1],
+                             sinks=sinks)
         return out.transpose(1, 2).to(dtype), None
 
     return flexjit_attention
@@ -309,13 +319,17 @@ def _check_call(module, masks, dropout, kwargs):
                                 f"transformers' mask interface, or a dense 4-D mask was passed")
     config = getattr(module, "config", None)
     layer_idx = getattr(module, "layer_idx", None)
+    has_sinks = kwargs.get("s_aux") is not None
     if config is not None and layer_idx is not None:
         layer = layer_attention(config, layer_idx)
     else:
-        layer = LayerAttention(masks.kind, masks.window, kwargs.get("softcap"))
-    if kwargs.get("s_aux") is not None:
-        raise UnsupportedConfig("s_aux", "the layer has attention sinks; flexjit has none yet "
-                                "(issue 34)")
+        layer = LayerAttention(masks.kind, masks.window, kwargs.get("softcap"), has_sinks)
+    if layer.sinks and not has_sinks:
+        # Running without them would quietly give other numbers: a transformers that passes
+        # them under another name than s_aux must be mapped first.
+        raise UnsupportedConfig("s_aux", f"the config's model_type "
+                                f"{_field(config, 'model_type')!r} has attention sinks, but "
+                                f"layer {layer_idx} passed no s_aux")
     if (layer.kind, layer.window) != (masks.kind, masks.window):
         raise UnsupportedConfig("layer_types", f"layer {layer_idx} is {layer.kind} "
                                 f"(window {layer.window}) in the config, but transformers "
