@@ -237,6 +237,9 @@ class Inputs:
             "seq_lens": torch.tensor(self.seq_lens, dtype=torch.int32, device="cuda"),
         }
         self.max_query_len = max(q for q, _ in w.requests)
+        # [H] float32 sink logits, or None.
+        self.sinks = torch.tensor(W.sink_logits(H), dtype=torch.float32, device="cuda") \
+            if w.sinks else None
 
     def keys(self, tensor, r):
         """[Hkv, seq_len, D] keys (or values) of request r in a peer tensor."""
@@ -301,7 +304,11 @@ def reference(inputs, rows_by_request):
             scores = score_fn(scores, r, h, qpos, kvpos, P)
         visible = mask_fn(r, h, qpos, kvpos, P)
         scores = scores.masked_fill(~visible, -math.inf)
-        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        if inputs.sinks is not None:  # one more logit per row, with no value
+            sink = inputs.sinks.view(-1, 1, 1).expand(-1, scores.shape[1], 1)
+            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
         result[r] = torch.matmul(probs, v)
     return result
 
@@ -357,7 +364,7 @@ def make_flexjit(ctx, program, inputs, page_size, copies):
                                        inputs.meta["query_start_loc"], inputs.meta["seq_lens"],
                                        out=torch.empty_like(q),
                                        max_query_len=inputs.max_query_len, params=params,
-                                       arrays=arrays))
+                                       arrays=arrays, sinks=inputs.sinks))
     stream = torch.cuda.current_stream().cuda_stream
     extra = {}
     if w.kind == "prefill":
@@ -402,7 +409,7 @@ def make_flexjit(ctx, program, inputs, page_size, copies):
     def call():
         kernel(inputs.q, cache[:, 0], cache[:, 1], table, inputs.meta["query_start_loc"],
                inputs.meta["seq_lens"], out=launches[0].out, max_query_len=inputs.max_query_len,
-               params=params, arrays=arrays)
+               params=params, arrays=arrays, sinks=inputs.sinks)
 
     extra.update({"kernel": kernel.name,
                   "launch_us": host_time_us(lambda: launches[0].launch(stream), 30),
@@ -491,10 +498,21 @@ def make_flex(inputs, copies, quick):
         times.append((time.perf_counter() - t0) * 1e3)
     data = flex_peer_inputs(inputs, copies)
 
-    def fn(i):
-        q, k, v = data[i]
-        return _flex_compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
-                              enable_gqa=True)
+    if inputs.sinks is None:
+        def fn(i):
+            q, k, v = data[i]
+            return _flex_compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                                  enable_gqa=True)
+    else:
+        # flex_attention has no sinks: its LSE rescales the output, out * e^lse / (e^lse +
+        # e^sink) = out * sigmoid(lse - sink), one elementwise pass after the kernel (timed).
+        sink = inputs.sinks.view(1, -1, 1)
+
+        def fn(i):
+            q, k, v = data[i]
+            out, lse = _flex_compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                                      enable_gqa=True, return_lse=True)
+            return out * torch.sigmoid(lse - sink).unsqueeze(-1).to(out.dtype)
 
     t0 = time.perf_counter()
     fn(0)
@@ -638,9 +656,10 @@ def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, 
 
     impls = [(f"flexjit page {p}", f"paged {p}, joint KV",
               lambda p=p: make_flexjit(ctx, program, inputs, p, copies)) for p in w.page_sizes]
-    impls += [("flex_attention", "contiguous" + ("" if w.uniform else ", packed"),
+    impls += [("flex_attention", "contiguous" + ("" if w.uniform else ", packed")
+               + (", sinks from its LSE" if w.sinks else ""),
                lambda: make_flex(inputs, copies, quick))]
-    if not w.family:
+    if not w.family and not w.sinks:
         impls += [(f"sdpa {name}", "contiguous", lambda b=backend: make_sdpa(inputs, b, copies))
                   for name, backend in (("flash", "FLASH_ATTENTION"),
                                         ("cudnn", "CUDNN_ATTENTION"))]

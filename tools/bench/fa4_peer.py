@@ -8,6 +8,7 @@ What FA4 runs, per workload (plan()):
 - causal: natively (causal=True), and as a mask_mod with its block sparsity;
 - sliding: natively (window_size=(window - 1, 0));
 - causal + softcap: natively (softcap=);
+- the sinks workloads (gpt-oss's causal and sliding layers): natively, with learnable_sink;
 - the element-wise family (tools/bench/family.mask): a mask_mod with its block sparsity
   (compute_block_sparsity at 128 x 128, timed apart as flex's create_block_mask is), arrays as
   aux_tensors; causal + t5 as causal=True with a score_mod reading the bias table.
@@ -184,7 +185,15 @@ def plan(w):
     name or None). Empty where FA4 is not compared (the other standard masks, decode)."""
     if w.kind != "prefill" or not w.uniform or w.requests[0][0] != w.requests[0][1]:
         return []
-    base = {"causal": False, "window": None, "softcap": None, "mask": None, "score": None}
+    base = {"causal": False, "window": None, "softcap": None, "mask": None, "score": None,
+            "sink": False}
+    if w.sinks:  # learnable_sink with FA4's native masks (gpt-oss's layers)
+        if w.mask == "causal" and w.score is None:
+            return [("native causal + learnable_sink", dict(base, causal=True, sink=True))]
+        if w.mask == "sliding" and w.score is None:
+            return [("native window + learnable_sink",
+                     dict(base, window=w.params["window"], sink=True))]
+        return []
     if w.mask == "causal" and w.score is None:
         return [("native causal", dict(base, causal=True)),
                 ("causal mask_mod", dict(base, mask="causal"))]
@@ -254,6 +263,8 @@ def make(torch, inputs, spec, aux, page_size, copies, quick, head_dependent):
         options["window_size"] = (spec["window"] - 1, 0)
     if spec["softcap"]:
         options["softcap"] = spec["softcap"]
+    if spec.get("sink"):
+        options["learnable_sink"] = inputs.sinks
     options = {k: v for k, v in options.items() if v is not None}
 
     q = inputs.q_p.transpose(1, 2).contiguous()  # [B, S, H, D]

@@ -63,6 +63,10 @@ FAMILIES = {
         "title": "Element-wise masks outside standard.mask, 16k", "metric": "tflops",
         "extra": "dense_tflops", "prefixes": ("family_16k_",),
     },
+    "sinks": {
+        "title": "Attention sinks, gpt-oss-shaped (head dim 64, 64/8 heads, 8k prefill)",
+        "metric": "tflops", "prefixes": ("sinks_",),
+    },
     "overhead": {
         "title": "Host time of a call (Python and the torch op)", "metric": "value",
         "prefixes": ("overhead_",),

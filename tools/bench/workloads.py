@@ -247,6 +247,7 @@ class Workload:
     quick: bool = False
     mask_file: Optional[str] = None  # flexjit's mask file (repository path); None: --masks
     runs_scale: float = 1.0  # the share of the usual timed runs (the family takes fewer)
+    sinks: bool = False  # attention sinks: sink_logits(num_heads), one per query head
 
     @property
     def family(self):
@@ -262,7 +263,7 @@ class Workload:
     def sdpa(self):
         """How SDPA can run it: "causal" (is_causal=True, square), "full" (no mask: every key
         visible, e.g. decode), or None (a mask or score SDPA's fast backends cannot take)."""
-        if self.score is not None or self.mask != "causal" or not self.uniform:
+        if self.score is not None or self.mask != "causal" or not self.uniform or self.sinks:
             return None
         query_len, seq_len = self.requests[0]
         if query_len == 1:
@@ -357,7 +358,31 @@ def workloads():
     for head_dim in (64, 256):
         out.append(_prefill("causal", 8192, head_dim=head_dim, suffix=f"_hd{head_dim}",
                             quick=head_dim == 64))
-    return out + family_workloads()
+    return out + family_workloads() + sinks_workloads()
+
+
+# gpt-oss's attention (issue 34): head dim 64, 64 query heads over 8 kv heads, sliding-window
+# layers of 128 keys alternating with full causal ones, a learnable sink logit per head.
+GPT_OSS_WINDOW = 128
+
+
+def sink_logits(num_heads, seed=7):
+    """The sinks workloads' logits: uniform in [-2, 8), around the LSE of a row over a few
+    thousand keys, so that they move the result; the same on every side."""
+    rng = random.Random(seed)
+    return [rng.uniform(-2.0, 8.0) for _ in range(num_heads)]
+
+
+def sinks_workloads():
+    """gpt-oss-shaped 8k prefills with attention sinks, one per layer kind: sinks_8k_causal and
+    sinks_8k_sliding128, flexjit at pages 16 and 64 beside FA4's learnable_sink."""
+    shape = dict(kind="prefill", score=None, requests=((8192, 8192),), head_dim=64,
+                 num_heads=64, num_kv_heads=8, page_sizes=(16, 64), sinks=True)
+    return [
+        Workload(name="sinks_8k_causal", flexjit_mask="causal", mask="causal", **shape),
+        Workload(name=f"sinks_8k_sliding{GPT_OSS_WINDOW}", flexjit_mask="sliding", mask="sliding",
+                 params={"window": GPT_OSS_WINDOW}, **shape),
+    ]
 
 
 def family_workloads():
