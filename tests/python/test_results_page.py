@@ -98,6 +98,23 @@ class PageTest(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
+    def test_ingest_of_a_partial_run_names_the_workloads_the_page_loses(self):
+        # A run with a second prefill workload, then RUN again (prefill_causal_16k only).
+        wider = dict(RUN, rows=RUN["rows"] + [row("prefill_sliding_16k", "flexjit page 16", 0.5,
+                                                  tflops=300.0)])
+        page = pathlib.Path(self.tmp.name) / "page.md"
+        errors = io.StringIO()
+        for run in (wider, RUN):
+            bench_json = pathlib.Path(self.tmp.name) / "run.json"
+            bench_json.write_text(json.dumps(run))
+            errors = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+                self.assertEqual(R.main(["--results", str(self.results), "--page", str(page),
+                                         "ingest", str(bench_json)]), 0)
+        self.assertIn("prefill: this run replaces", errors.getvalue())
+        self.assertIn("prefill_sliding_16k", errors.getvalue())
+        self.assertNotIn("decode", errors.getvalue())  # every decode workload ran again
+
     def test_ingest_writes_one_file_per_family(self):
         self.assertEqual(sorted(p.name for p in self.results.glob("*.json")),
                          ["compile.json", "decode.json", "elementwise.json", "mixed.json",

@@ -187,6 +187,16 @@ def split_by_family(run):
     return out
 
 
+def dropped_workloads(path, part):
+    """The workloads of the family file at `path` (if any) that `part`, the rows replacing it,
+    does not have: what an ingest of a partial run takes off the page, in the file's order."""
+    if not path.exists():
+        return []
+    kept = {row["workload"] for row in part["rows"]}
+    old = json.loads(path.read_text(encoding="utf-8")).get("rows", [])
+    return list(dict.fromkeys(row["workload"] for row in old if row["workload"] not in kept))
+
+
 def load_results(directory):
     """{family: result} from every *.json of directory (the family is the file's stem unless
     the file names one)."""
@@ -523,8 +533,14 @@ def main(argv=None):
     if args.command == "ingest":
         run = json.loads(pathlib.Path(args.bench_json).read_text(encoding="utf-8"))
         for family, part in split_by_family(run).items():
-            write_json(results_dir / f"{family}.json", part)
-            print(f"wrote {results_dir / (family + '.json')} ({len(part['rows'])} rows)")
+            path = results_dir / f"{family}.json"
+            dropped = dropped_workloads(path, part)
+            if dropped:
+                print(f"warning: {family}: this run replaces the family's results, and the page "
+                      f"loses {len(dropped)} workload(s) it did not run: {', '.join(dropped)} "
+                      f"(run the whole family to keep them)", file=sys.stderr)
+            write_json(path, part)
+            print(f"wrote {path} ({len(part['rows'])} rows)")
     elif args.command == "compile":
         with tempfile.TemporaryDirectory() as tmp:
             raw = pathlib.Path(tmp) / "compile.json"
