@@ -110,8 +110,6 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 // 16-bit float (bf16 or fp16, as raw bits) to float.
 template <bool kBF16>
 __device__ __forceinline__ float to_float(unsigned short bits) {
@@ -122,10 +120,6 @@ __device__ __forceinline__ float to_float(unsigned short bits) {
     asm("cvt.f32.f16 %0, %1;\n" : "=f"(value) : "h"(bits));
     return value;
   }
-}
-
-__device__ __forceinline__ float negative_infinity() {
-  return -__int_as_float(0x7f800000);
 }
 
 }  // namespace fj

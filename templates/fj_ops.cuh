@@ -65,6 +65,10 @@ FJ_HD float bits_to_float(i32 bits) {
   return value;
 #endif
 }
+FJ_HD float negative_infinity() {
+  return bits_to_float(static_cast<i32>(0xff800000u));
+}
+constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x * kLog2e)
 FJ_HD i32 float_to_bits(float value) {
 #if defined(__CUDA_ARCH__)
   return __float_as_int(value);

@@ -182,15 +182,12 @@ struct RowFinish {
 // and lse -inf, or the sink. One function for every kernel and the CPU backend, so that they
 // agree on the edge cases.
 FJ_HD RowFinish finish_row(float row_max, float total, float sink) {
-  const float neg_inf = bits_to_float(static_cast<i32>(0xff800000u));
-  if (sink == neg_inf) {
-    return total > 0.0f ? RowFinish{1.0f / total, row_max + logf(total)} : RowFinish{0.0f, neg_inf};
+  if (sink == negative_infinity()) {
+    return total > 0.0f ? RowFinish{1.0f / total, row_max + logf(total)}
+                        : RowFinish{0.0f, negative_infinity()};
   }
   if (!(total > 0.0f)) return RowFinish{0.0f, sink};
-  // exp as exp2 of x log2(e) and a reciprocal, as the kernels' softmax computes it: the
-  // accurate expf and division took registers the mma.sync epilogue does not have at head dim
-  // 256 (spills).
-  constexpr float kLog2e = 1.4426950408889634f;
+  // exp as exp2 of x log2(e) and a reciprocal, as the kernels' softmax computes it.
   const float m = fmaxf(row_max, sink);
   const float kept = exp2f((row_max - m) * kLog2e);
   const float sum = total * kept + exp2f((sink - m) * kLog2e);
@@ -199,7 +196,7 @@ FJ_HD RowFinish finish_row(float row_max, float total, float sink) {
 
 // Head `head`'s sink logit, -inf where the call has none.
 FJ_HD float sink_of(const float* sinks, i64 head) {
-  return sinks != nullptr ? sinks[head] : bits_to_float(static_cast<i32>(0xff800000u));
+  return sinks != nullptr ? sinks[head] : negative_infinity();
 }
 
 // Contiguous (page size 0) calls, fj_varlen_attention: where sequence `seq`'s rows begin in out,

@@ -42,7 +42,7 @@ typedef uint16_t HVec __attribute__((vector_size(kLanes * sizeof(uint16_t))));
 typedef uint8_t BVec __attribute__((vector_size(kLanes)));
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.4426950408889634f;
+using fj::kLog2e;
 
 FJ_ALWAYS_INLINE Vec load(const float* p) {
   Vec v;

@@ -6,8 +6,6 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
-#include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -30,21 +28,8 @@ std::vector<int32_t> params_with_window(int32_t window) {
   return params;
 }
 
-// Logits between -2 and 8, around the LSE of a row over a few hundred keys (so that they move
-// the result both ways), and every fifth head without a sink (-inf).
-std::vector<float> random_sinks(int num_heads, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> logit(-2.0f, 8.0f);
-  std::vector<float> sinks;
-  for (int h = 0; h < num_heads; ++h) {
-    const float value = logit(rng);
-    sinks.push_back(h % 5 == 4 ? -std::numeric_limits<float>::infinity() : value);
-  }
-  return sinks;
-}
-
 void check_with_sinks(flexjit::PagedCheckConfig config, const std::string& what) {
-  config.sinks = random_sinks(config.num_heads, config.seed);
+  config.sinks = flexjit::random_sinks(config.num_heads, config.seed);
   config.compare_cpu = true;
   for (const PagedLaunch launch : {PagedLaunch::Direct, PagedLaunch::Planned, PagedLaunch::Graph}) {
     if (config.contiguous && launch != PagedLaunch::Direct) continue;

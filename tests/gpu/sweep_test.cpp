@@ -24,7 +24,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -403,14 +402,7 @@ SweepCase make_case(const Space& space, const Row& row, int index, uint64_t seed
   result.window = kWindows[rng.below(std::size(kWindows))];
   config.params.assign(num_params, 0);
   config.params[window_slot] = result.window;
-  // Sink logits around a row's LSE over a few hundred keys (so that they move the result), and
-  // at times a head without one (-inf).
-  if (value(kSinks) == "sinks") {
-    for (int h = 0; h < config.num_heads; ++h) {
-      config.sinks.push_back(rng.below(5) == 0 ? -std::numeric_limits<float>::infinity()
-                                               : static_cast<float>(rng.between(-20, 80)) / 10);
-    }
-  }
+  if (value(kSinks) == "sinks") config.sinks = flexjit::random_sinks(config.num_heads, seed);
   return result;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cpu/float16.h"
 #include "flexjit/flexjit.h"
@@ -72,5 +73,16 @@ class DeviceBuffer {
   const cuda::DriverApi& api_;
   CUdeviceptr pointer_ = 0;
 };
+
+// Uploads `values` into `buffer` and returns their device address, or null when there are none:
+// how the checks pass the C API's optional arrays (sinks).
+template <class T>
+Result<const T*> upload_optional(DeviceBuffer& buffer, const std::vector<T>& values) {
+  if (values.empty()) return static_cast<const T*>(nullptr);
+  if (auto status = buffer.upload(values.data(), values.size() * sizeof(T)); !status) {
+    return status.error();
+  }
+  return static_cast<const T*>(buffer.get());
+}
 
 }  // namespace flexjit

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "check/check_support.h"
+#include "check/paged_inputs.h"
 #include "launch/cuda_driver.h"
 
 namespace flexjit {
@@ -169,12 +170,8 @@ Result<MergeStatesCheckReport> run_merge_states_check(fj_context* context,
           std::isinf(lse_b[row]) ? nan_bits(config.dtype) : to_bits(normal(rng), config.dtype);
     }
   }
-  // Sinks in the range of the LSEs, and a head without one (-inf).
-  std::vector<float> sinks;
-  if (config.sinks) {
-    for (int h = 0; h < config.num_heads; ++h)
-      sinks.push_back(h % 5 == 4 ? -inf : lse_value(rng));
-  }
+  const std::vector<float> sinks =
+      config.sinks ? random_sinks(config.num_heads, config.seed) : std::vector<float>();
 
   std::vector<uint16_t> got(out_a.size(), 0xffff);
   std::vector<float> got_lse(rows, std::numeric_limits<float>::quiet_NaN());
@@ -207,17 +204,18 @@ Result<MergeStatesCheckReport> run_merge_states_check(fj_context* context,
     for (auto status :
          {a.upload(out_a.data(), out_a.size() * 2), b.upload(out_b.data(), out_b.size() * 2),
           la.upload(lse_a.data(), lse_a.size() * 4), lb.upload(lse_b.data(), lse_b.size() * 4),
-          out.fill(out_a.size() * 2, 0xff), lse.fill(rows * 4, 0xff),
-          sinks.empty() ? Result<bool>(true) : sink.upload(sinks.data(), sinks.size() * 4)}) {
+          out.fill(out_a.size() * 2, 0xff), lse.fill(rows * 4, 0xff)}) {
       if (!status) return status.error();
     }
+    auto device_sinks = upload_optional(sink, sinks);
+    if (!device_sinks) return device_sinks.error();
     args.out_a = a.get();
     args.lse_a = static_cast<const float*>(la.get());
     args.out_b = b.get();
     args.lse_b = static_cast<const float*>(lb.get());
     args.out = config.in_place ? a.get() : out.get();
     args.lse = static_cast<float*>(lse.get());
-    args.sinks = sinks.empty() ? nullptr : static_cast<const float*>(sink.get());
+    args.sinks = *device_sinks;
     if (fj_merge_states(context, &args, nullptr) != FJ_SUCCESS) {
       return Error{fj_context_last_error(context)};
     }

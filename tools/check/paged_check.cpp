@@ -157,8 +157,6 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   DeviceBuffer q(api), k(api), v(api), out(api), lse(api), qsl(api), seq_lens(api), table(api),
       bad_index(api), sinks(api);
   for (auto status : {
-           batch.sinks.empty() ? Result<bool>(true)
-                               : sinks.upload(batch.sinks.data(), batch.sinks.size() * 4),
            q.upload(inputs->q_bits.data(), inputs->q_bits.size() * 2),
            k.upload(inputs->k_bits.data(), inputs->k_bits.size() * 2),
            inputs->v_offset >= 0 ? Result<bool>(true)
@@ -182,7 +180,9 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
       paged_args(batch, *inputs, q.get(), out.get(), k.get(), v.get(), lse.get(), qsl.get(),
                  seq_lens.get(), table.get(), arrays);
   paged.bad_index = config.check_bounds ? static_cast<int32_t*>(bad_index.get()) : nullptr;
-  paged.sinks = batch.sinks.empty() ? nullptr : static_cast<const float*>(sinks.get());
+  auto device_sinks = upload_optional(sinks, batch.sinks);
+  if (!device_sinks) return device_sinks.error();
+  paged.sinks = *device_sinks;
 
   // The encoder call: K/V rows are the cache's one-token blocks (see make_inputs).
   const fj_varlen_attention_args varlen = varlen_args(paged, batch);
@@ -373,11 +373,8 @@ Result<std::vector<PagedCheckReport>> run_graph_replay_check(
   const size_t head_dim = first.head_dim;
   DeviceBuffer q(api), k(api), v(api), out(api), lse(api), qsl(api), seq_lens(api), table(api),
       workspace(api), sinks(api);
-  const std::vector<float>& sink_values = inputs[0].batch.sinks;  // the steps share heads
   for (auto status :
-       {sink_values.empty() ? Result<bool>(true)
-                            : sinks.upload(sink_values.data(), sink_values.size() * 4),
-        q.fill(q_bytes, 0), k.fill(k_bytes, 0), v.fill(v_bytes, 0),
+       {q.fill(q_bytes, 0), k.fill(k_bytes, 0), v.fill(v_bytes, 0),
         out.fill(rows * head_dim * 2, 0xff), lse.fill(rows * 4, 0xff), qsl.fill((reqs + 1) * 4, 0),
         seq_lens.fill(reqs * 4, 0), table.fill(table_bytes, 0)}) {
     if (!status) return status.error();
@@ -392,7 +389,9 @@ Result<std::vector<PagedCheckReport>> run_graph_replay_check(
   fj_paged_attention_args paged =
       paged_args(inputs[0].batch, inputs[0], q.get(), out.get(), k.get(), v.get(), lse.get(),
                  qsl.get(), seq_lens.get(), table.get(), arrays);
-  paged.sinks = sink_values.empty() ? nullptr : static_cast<const float*>(sinks.get());
+  auto device_sinks = upload_optional(sinks, inputs[0].batch.sinks);  // the steps share heads
+  if (!device_sinks) return device_sinks.error();
+  paged.sinks = *device_sinks;
   fj_plan_shape shape{};
   shape.struct_size = sizeof(shape);
   for (const PagedInputs& in : inputs) {

@@ -309,6 +309,17 @@ double relative_error_tolerance(fj_dtype dtype) {
   return dtype == FJ_DTYPE_BF16 ? 1e-2 : 2e-3;
 }
 
+std::vector<float> random_sinks(int num_heads, uint64_t seed) {
+  std::mt19937_64 rng(seed ^ 0x51c4ull);
+  std::vector<float> sinks;
+  for (int h = 0; h < num_heads; ++h) {
+    const double unit = static_cast<double>(rng() >> 11) * 0x1p-53;  // [0, 1), 53 bits
+    sinks.push_back(h % 5 == 4 ? -std::numeric_limits<float>::infinity()
+                               : static_cast<float>(-2.0 + 10.0 * unit));
+  }
+  return sinks;
+}
+
 std::vector<HostArray> random_arrays(const std::vector<RuntimeParam>& arrays, int num_reqs,
                                      int num_heads, int max_seq_len, uint64_t seed) {
   std::mt19937_64 rng(seed ^ 0xa5a5a5a5ull);

@@ -118,6 +118,11 @@ fj_varlen_attention_args varlen_args(const fj_paged_attention_args& paged,
 std::vector<HostArray> random_arrays(const std::vector<RuntimeParam>& arrays, int num_reqs,
                                      int num_heads, int max_seq_len, uint64_t seed);
 
+// Attention-sink logits (PagedCheckConfig.sinks) for `num_heads` heads: uniform in [-2, 8), around
+// the LSE of a row over a few hundred keys so that they move the result both ways, and every
+// fifth head without a sink (-inf). The same on every platform.
+std::vector<float> random_sinks(int num_heads, uint64_t seed);
+
 // When `config` gives no arrays and the program declares some, random_arrays of its requests,
 // heads and longest sequence, from config.seed.
 void fill_random_arrays(PagedCheckConfig& config, const std::vector<RuntimeParam>& arrays);
