@@ -79,6 +79,44 @@ FJ_HD i32 float_to_bits(float value) {
 #endif
 }
 
+// OCP fp8 e4m3 ("fn": bias 7, no infinities, S.1111.111 is NaN, largest finite 448), the
+// element of an fp8 K/V cache (FJ_DTYPE_FP8_E4M3). One definition for the cache-write kernel,
+// the CPU backend and the check harness, so that all three round alike.
+constexpr float kE4m3Max = 448.0f;
+// The value of e4m3 bits `byte` (low 8 bits).
+FJ_HD float e4m3_to_float(u32 byte) {
+  const u32 sign = (byte & 0x80u) << 24;
+  const u32 exponent = (byte >> 3) & 0xfu;
+  const u32 mantissa = byte & 7u;
+  if (exponent == 15u && mantissa == 7u) return bits_to_float(static_cast<i32>(sign | 0x7fc00000u));
+  if (exponent == 0u) {  // subnormal: mantissa * 2^-9, exact in float
+    const float magnitude = static_cast<float>(mantissa) * 0.001953125f;
+    return sign != 0u ? -magnitude : magnitude;
+  }
+  return bits_to_float(static_cast<i32>(sign | ((exponent + 120u) << 23) | (mantissa << 20)));
+}
+// `value` rounded to the nearest e4m3 (ties to even), saturated to +-448 (what cvt.rn.satfinite
+// and vLLM's scaled_fp8_conversion do); NaN gives NaN (0x7f with the sign).
+FJ_HD u32 e4m3_from_float(float value) {
+  const u32 bits = static_cast<u32>(float_to_bits(value));
+  const u32 sign = (bits >> 24) & 0x80u;
+  const u32 magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | 0x7fu;   // NaN
+  if (magnitude >= 0x43e00000u) return sign | 0x7eu;  // >= 448 (and infinities): saturate
+  if (magnitude < 0x3c800000u) {                      // below 2^-6: subnormal steps of 2^-9
+    // magnitude * 2^9 < 8 is exact in float; the float-to-int conversion rounds ties to even.
+    const float steps = bits_to_float(static_cast<i32>(magnitude)) * 512.0f;
+#if defined(__CUDA_ARCH__)
+    return sign | static_cast<u32>(__float2int_rn(steps));  // 8 is 2^-6: the normal 0x08
+#else
+    return sign | static_cast<u32>(std::nearbyint(steps));
+#endif
+  }
+  // Normal: keep 3 of the 23 mantissa bits, ties to even; a carry moves into the exponent.
+  const u32 rounded = (magnitude + 0x7ffffu + ((magnitude >> 20) & 1u)) & ~0xfffffu;
+  return sign | ((((rounded >> 23) - 120u) << 3) | ((rounded >> 20) & 7u));
+}
+
 // Records the first out-of-range read when the launch asked for it (ArrayParam::bad_index).
 // Off the fast path: only reads that already yield 0 come here.
 FJ_HD void report_bad_index(const ArrayParam& a, i32 row, i32 col) {

@@ -80,12 +80,26 @@ FJ_HD constexpr int prefill_threads(int head_dim, bool sm90a) {
 FJ_HD constexpr int prefill_smem_row_elems(int head_dim) {
   return head_dim + 8;
 }
+// An fp8 cache (kKvFp8): the wgmma kernel's producer copies the e4m3 K and V of a tile (each a
+// "part" of block_n rows of head_dim bytes) into a ring of wgmma_fp8_slots() parts and
+// converts them into the 16-bit stages: four parts (two tiles) up to head dim 128, one at 256
+// (where two would not fit beside Q and the stages).
+FJ_HD constexpr int wgmma_fp8_slots(int head_dim) {
+  return head_dim > 128 ? 1 : 4;
+}
+FJ_HD constexpr int wgmma_fp8_part_bytes(int head_dim) {
+  return wgmma_block_n(head_dim) * head_dim;  // the widest tile's
+}
 // The wgmma kernel's: Q and the K/V stages, unpadded (128-byte swizzle), plus 1024 bytes to
-// align them to the swizzle pattern.
-FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim, bool sm90a) {
+// align them to the swizzle pattern; with an fp8 cache also the e4m3 parts. The mma.sync
+// kernel's: Q, K and V tiles, and with an fp8 cache the e4m3 K and V tiles (padded rows of
+// head_dim bytes).
+FJ_HD constexpr int paged_prefill_smem_bytes(int head_dim, bool sm90a, bool kv_fp8 = false) {
   return prefill_uses_wgmma(head_dim, sm90a)
-             ? 1024 + kWgmmaBlockM * head_dim * 2 + wgmma_stage_bytes()
-             : 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2;
+             ? 1024 + kWgmmaBlockM * head_dim * 2 + wgmma_stage_bytes() +
+                   (kv_fp8 ? wgmma_fp8_slots(head_dim) * wgmma_fp8_part_bytes(head_dim) : 0)
+             : 3 * kPrefillBlockM * prefill_smem_row_elems(head_dim) * 2 +
+                   (kv_fp8 ? 2 * kPrefillBlockM * prefill_smem_row_elems(head_dim / 2) * 2 : 0);
 }
 
 // Work lists of planned launches (fj_plan, docs/architecture.md#plans): the host planner writes
@@ -165,6 +179,13 @@ struct PagedPrefillArgs {
   // Attention sinks (since 0.7), or null: [num_heads] float32 logits, one per query head, each
   // joining its head's every row's softmax denominator once, with no value (finish_row).
   const float* sinks;
+
+  // An fp8 (e4m3) cache (since 0.8; the kernel's kKvFp8): K element (block, slot, h, d) is its
+  // e4m3 value times k_scale[h * kv_scale_stride], V likewise; the cache strides count bytes.
+  // Null for a 16-bit cache.
+  const float* k_scale;
+  const float* v_scale;
+  i32 kv_scale_stride;
 };
 
 static_assert(sizeof(const i32*) == sizeof(i64),
@@ -192,6 +213,19 @@ FJ_HD RowFinish finish_row(float row_max, float total, float sink) {
   const float kept = exp2f((row_max - m) * kLog2e);
   const float sum = total * kept + exp2f((sink - m) * kLog2e);
   return RowFinish{kept * (1.0f / sum), m + logf(sum)};
+}
+
+// The scale of kv head `kv_head`'s scores: the softmax scale, times the head's k_scale for an
+// fp8 cache, whose Q K^T the kernels compute on the e4m3 values. And the factor its outputs
+// take: the head's v_scale, or 1.
+template <bool kKvFp8>
+FJ_HD float score_scale(const PagedPrefillArgs& args, int kv_head) {
+  return kKvFp8 ? args.scale * args.k_scale[static_cast<i64>(kv_head) * args.kv_scale_stride]
+                : args.scale;
+}
+template <bool kKvFp8>
+FJ_HD float value_scale(const PagedPrefillArgs& args, int kv_head) {
+  return kKvFp8 ? args.v_scale[static_cast<i64>(kv_head) * args.kv_scale_stride] : 1.0f;
 }
 
 // Head `head`'s sink logit, -inf where the call has none.
@@ -239,11 +273,23 @@ FJ_HD constexpr int decode_tile_elems(int head_dim) {
   return kDecodeBlockN *
          (decode_swizzled_tiles(head_dim) ? head_dim : prefill_smem_row_elems(head_dim));
 }
-// Q's padded rows and the K/V stages, plus 128 bytes to align them to 128-byte lines.
-FJ_HD constexpr int paged_decode_smem_bytes(int head_dim) {
-  return 128 + (kDecodeRows * prefill_smem_row_elems(head_dim) +
-                decode_stages(head_dim) * 2 * decode_tile_elems(head_dim)) *
-                   2;
+// An fp8 cache: the stages hold e4m3 tiles (unpadded rows of head_dim bytes, or padded ones
+// where the 16-bit tiles are padded), one more stage than the 16-bit kernel has, and one
+// 16-bit K/V tile pair receives each warp's keys of the tile it computes (paged_decode.cuh).
+FJ_HD constexpr int decode_fp8_stages(int head_dim) {
+  return decode_stages(head_dim) + 1;
+}
+FJ_HD constexpr int decode_fp8_tile_bytes(int head_dim) {
+  return kDecodeBlockN *
+         (decode_swizzled_tiles(head_dim) ? head_dim : prefill_smem_row_elems(head_dim / 2) * 2);
+}
+// Q's padded rows and the K/V stages (and the fp8 kernel's 16-bit tiles), plus 128 bytes to
+// align them to 128-byte lines.
+FJ_HD constexpr int paged_decode_smem_bytes(int head_dim, bool kv_fp8 = false) {
+  return 128 + kDecodeRows * prefill_smem_row_elems(head_dim) * 2 +
+         (kv_fp8 ? 2 * decode_tile_elems(head_dim) * 2 +
+                       decode_fp8_stages(head_dim) * 2 * decode_fp8_tile_bytes(head_dim)
+                 : decode_stages(head_dim) * 2 * decode_tile_elems(head_dim) * 2);
 }
 
 struct PagedDecodeArgs {
@@ -271,6 +317,14 @@ struct KvCacheWriteArgs {
   i32 num_kv_heads;
   i32 head_dim;  // a multiple of 8
   i32 page_size;
+  // An fp8 (e4m3) cache (since 0.8; the kv_cache_write_fp8 kernel): a value x of kv head h is
+  // stored as e4m3_from_float(x / k_scale[h * kv_scale_stride]) (v_scale for V), the cache
+  // strides count bytes, and input_bf16 says whether key and value are bf16 (else fp16). Null
+  // scales for the 16-bit copy.
+  const float* k_scale;
+  const float* v_scale;
+  i32 kv_scale_stride;
+  i32 input_bf16;
 };
 
 constexpr int kKvCacheWriteThreads = 256;

@@ -27,10 +27,16 @@ namespace fj {
 // block-table entries of the next tile read a step ahead (read_pages, then load), so that their
 // latency is not in front of the copies. Otherwise (80, 96) the prefill kernel's loader into
 // padded rows, which reads an entry per chunk.
-template <int kHeadDim, int kPageSize, bool kSwizzled = decode_swizzled_tiles(kHeadDim)>
+// An fp8 cache (kKvFp8): the same copies of rows half as long (head_dim bytes, counted in 16-bit
+// units, as are the byte strides halved) into StageLayout (unpadded, or padded where the
+// 16-bit tiles are), from which each warp converts its keys into the 16-bit tiles of Layout.
+template <int kHeadDim, int kPageSize, bool kKvFp8,
+          bool kSwizzled = decode_swizzled_tiles(kHeadDim)>
 struct DecodeTileLoader {
+  static constexpr int kUnit = kKvFp8 ? 2 : 1;  // cache elements per 16-bit unit
   using Layout = Swizzled128Rows<kDecodeBlockN>;
-  using Copy = KvTileCopy<kHeadDim, kDecodeBlockN, kDecodeThreads, kPageSize, Layout>;
+  using StageLayout = typename Select<kKvFp8, DenseRows<kHeadDim / 16>, Layout>::Type;
+  using Copy = KvTileCopy<kHeadDim / kUnit, kDecodeBlockN, kDecodeThreads, kPageSize, StageLayout>;
   Copy k_copy;
   Copy v_copy;
   i32 pages[Copy::kPages];
@@ -38,8 +44,8 @@ struct DecodeTileLoader {
   __device__ __forceinline__ DecodeTileLoader(const unsigned short* k_cache,
                                               const unsigned short* v_cache, i64 k_head_offset,
                                               i64 v_head_offset)
-      : k_copy(static_cast<int>(threadIdx.x), k_cache, k_head_offset),
-        v_copy(static_cast<int>(threadIdx.x), v_cache, v_head_offset) {}
+      : k_copy(static_cast<int>(threadIdx.x), k_cache, k_head_offset / kUnit),
+        v_copy(static_cast<int>(threadIdx.x), v_cache, v_head_offset / kUnit) {}
   __device__ __forceinline__ void read_pages(const i32* block_row, int k0, int kv_end) {
     k_copy.read_pages(pages, block_row, k0, kv_end);
   }
@@ -47,16 +53,18 @@ struct DecodeTileLoader {
   __device__ __forceinline__ void load(const PagedPrefillArgs& args, unsigned short* k_tile,
                                        unsigned short* v_tile, const i32*, int k0,
                                        int kv_end) const {
-    k_copy.copy(smem_address(k_tile), args.k_stride_block, args.k_stride_slot, pages, 0, k0,
-                kv_end);
-    v_copy.copy(smem_address(v_tile), args.v_stride_block, args.v_stride_slot, pages, 0, k0,
-                kv_end);
+    k_copy.copy(smem_address(k_tile), args.k_stride_block / kUnit, args.k_stride_slot / kUnit,
+                pages, 0, k0, kv_end);
+    v_copy.copy(smem_address(v_tile), args.v_stride_block / kUnit, args.v_stride_slot / kUnit,
+                pages, 0, k0, kv_end);
   }
 };
 
-template <int kHeadDim, int kPageSize>
-struct DecodeTileLoader<kHeadDim, kPageSize, false> {
+template <int kHeadDim, int kPageSize, bool kKvFp8>
+struct DecodeTileLoader<kHeadDim, kPageSize, kKvFp8, false> {
+  static constexpr int kUnit = kKvFp8 ? 2 : 1;
   using Layout = PaddedRows<kHeadDim>;
+  using StageLayout = PaddedRows<kHeadDim / kUnit>;
   const unsigned short* k_cache;
   const unsigned short* v_cache;
   i64 k_head_offset;
@@ -64,19 +72,21 @@ struct DecodeTileLoader<kHeadDim, kPageSize, false> {
 
   __device__ __forceinline__ DecodeTileLoader(const unsigned short* k, const unsigned short* v,
                                               i64 k_offset, i64 v_offset)
-      : k_cache(k), v_cache(v), k_head_offset(k_offset), v_head_offset(v_offset) {}
+      : k_cache(k), v_cache(v), k_head_offset(k_offset / kUnit), v_head_offset(v_offset / kUnit) {}
   __device__ __forceinline__ void read_pages(const i32*, int, int) {}
   __device__ __forceinline__ void load(const PagedPrefillArgs& args, unsigned short* k_tile,
                                        unsigned short* v_tile, const i32* block_row, int k0,
                                        int kv_end) const {
-    load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
-                                      k_head_offset, block_row, 0, k0, kv_end);
-    load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
-                                      v_head_offset, block_row, 0, k0, kv_end);
+    load_kv_tile<kHeadDim / kUnit, kPageSize>(k_tile, k_cache, args.k_stride_block / kUnit,
+                                              args.k_stride_slot / kUnit, k_head_offset, block_row,
+                                              0, k0, kv_end);
+    load_kv_tile<kHeadDim / kUnit, kPageSize>(v_tile, v_cache, args.v_stride_block / kUnit,
+                                              args.v_stride_slot / kUnit, v_head_offset, block_row,
+                                              0, k0, kv_end);
   }
 };
 
-template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kKvFp8>
 __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem& item,
                             unsigned char* smem) {
   static_assert(kHeadDim % 16 == 0, "head dim must be a multiple of 16");
@@ -84,22 +94,29 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   static_assert(kDecodeBlockN == kPrefillBlockN && kDecodeThreads == kPrefillThreads,
                 "the decode kernel loads K/V tiles with the prefill kernel's loader");
   constexpr int kRow = prefill_smem_row_elems(kHeadDim);
-  constexpr int kStages = decode_stages(kHeadDim);
+  constexpr int kStages = kKvFp8 ? decode_fp8_stages(kHeadDim) : decode_stages(kHeadDim);
   constexpr int kTileElems = decode_tile_elems(kHeadDim);
+  // A stage's K (or V) tile: 16-bit elements, or an fp8 cache's e4m3 bytes in 16-bit units.
+  constexpr int kStageTileElems = kKvFp8 ? decode_fp8_tile_bytes(kHeadDim) / 2 : kTileElems;
   constexpr int kKSteps = kHeadDim / 16;
   constexpr int kNTilesO = kHeadDim / 8;
   constexpr int kWarps = kDecodeThreads / 32;
   static_assert(kWarps * 16 == kDecodeBlockN, "each warp takes 16 keys of a tile");
 
-  using Loader = DecodeTileLoader<kHeadDim, kPageSize>;
-  using Layout = typename Loader::Layout;  // of the K/V tiles
+  using Loader = DecodeTileLoader<kHeadDim, kPageSize, kKvFp8>;
+  using Layout = typename Loader::Layout;  // of the 16-bit K/V tiles the MMAs read
   const PagedPrefillArgs& args = decode.attention;
   unsigned short* q_tile = reinterpret_cast<unsigned short*>(smem);
-  unsigned short* stages = q_tile + kDecodeRows * kRow;  // [stage][K tile, V tile]
+  // [stage][K tile, V tile]; an fp8 cache's e4m3 stages follow the one 16-bit K/V pair that
+  // the warps convert their keys into.
+  unsigned short* const stages = q_tile + kDecodeRows * kRow;
+  unsigned short* const copy_stages = kKvFp8 ? stages + 2 * kTileElems : stages;
 
   const Variant variant{};
   const int request = item.request;
   const int kv_head = item.kv_head;
+  const float scale = score_scale<kKvFp8>(args, kv_head);
+  const float v_scale = value_scale<kKvFp8>(args, kv_head);
   const int row0 = item.row0;
   const PackedRows block = packed_rows_of(args, request, kv_head, row0, kDecodeRows, false);
   // The plan was made from host copies of the lengths; rows it names that the device's lengths
@@ -120,8 +137,8 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   const int lane = threadIdx.x % 32;
   const int quad_row = lane / 4;
   const int quad_col = lane % 4;
-  ThreadRows<Variant> rows;                               // packed rows quad_row and quad_row + 8
-  const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
+  ThreadRows<Variant> rows;                          // packed rows quad_row and quad_row + 8
+  const float factor = exp2_factor<Variant>(scale);  // of exp2's argument
   rows.set(variant, args.params, request, block, row0 + quad_row);
 
   const i32* block_row = args.block_table + static_cast<i64>(request) * args.block_table_stride;
@@ -165,8 +182,9 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   const u32 k_lane_bytes = Layout::bytes(warp * 16 + lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
   const u32 v_lane_bytes = Layout::bytes(warp * 16 + lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
   const auto load_tile = [&](int entry, int stage) {
-    unsigned short* k_tile = stages + stage * 2 * kTileElems;
-    loader.load(args, k_tile, k_tile + kTileElems, block_row, (entry >> 2) * kDecodeBlockN, kv_end);
+    unsigned short* k_tile = copy_stages + stage * 2 * kStageTileElems;
+    loader.load(args, k_tile, k_tile + kStageTileElems, block_row, (entry >> 2) * kDecodeBlockN,
+                kv_end);
   };
   const auto read_pages = [&](int entry) {
     loader.read_pages(block_row, (entry >> 2) * kDecodeBlockN, kv_end);
@@ -216,8 +234,33 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       const int entry = tile_list[i];
       const int k0 = (entry >> 2) * kDecodeBlockN;
       const TileClass tile_class = static_cast<TileClass>(entry & 3);
-      const unsigned short* k_tile = stages + (i % kStages) * 2 * kTileElems;
+      const unsigned short* k_tile = stages + (kKvFp8 ? 0 : (i % kStages) * 2 * kTileElems);
       const unsigned short* v_tile = k_tile + kTileElems;
+      if constexpr (kKvFp8) {
+        // The warp's 16 keys of K and V into the 16-bit tiles: only this warp reads them, and
+        // it has finished the previous tile's.
+        using StageLayout = typename Loader::StageLayout;
+        constexpr int kChunks = kHeadDim / 16;  // 16-byte chunks of an e4m3 row
+        const u32 k_stage = smem_address(copy_stages + (i % kStages) * 2 * kStageTileElems);
+        const u32 v_stage = k_stage + kStageTileElems * 2;
+        constexpr u32 kItems = 16 * kChunks;
+        const u32 k_to = smem_address(k_tile);
+        const u32 v_to = smem_address(v_tile);
+#pragma unroll
+        for (u32 step = 0; step < (kItems + 31) / 32; ++step) {
+          // Unsigned: with kChunks dividing 32, the row and chunk are shifts of the lane.
+          const u32 c = e4m3_item<kChunks>(static_cast<u32>(lane)) + 32 * step;
+          if (kItems % 32 != 0 && c >= kItems) break;
+          const u32 row = static_cast<u32>(warp) * 16u + c / kChunks;
+          const u32 chunk = c % kChunks;
+          const u32 from = StageLayout::unsigned_bytes(row, chunk);
+          const u32 low = Layout::unsigned_bytes(row, 2 * chunk);
+          const u32 high = Layout::unsigned_bytes(row, 2 * chunk + 1);
+          convert_e4m3_chunk<kBF16>(k_stage + from, k_to + low, k_to + high);
+          convert_e4m3_chunk<kBF16>(v_stage + from, v_to + low, v_to + high);
+        }
+        __syncwarp();
+      }
       const u32 k_lane = smem_address(k_tile) + k_lane_bytes;
       const u32 v_lane = smem_address(v_tile) + v_lane_bytes;
 
@@ -234,8 +277,8 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
 
       const bool check_elements = tile_class == TileClass::Partial || k0 + kDecodeBlockN > kv_end;
       float tile_max[2] = {neg_inf, neg_inf};
-      score_and_mask<2>(variant, args.params, args.scale, rows, k0 + warp * 16 + quad_col * 2,
-                        kv_end, check_elements, s, tile_max);
+      score_and_mask<2>(variant, args.params, scale, rows, k0 + warp * 16 + quad_col * 2, kv_end,
+                        check_elements, s, tile_max);
       float max_scaled[2];
       for (int r = 0; r < 2; ++r) {
         const float new_max = fmaxf(row_max[r], quad_max(tile_max[r]));
@@ -307,7 +350,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
     // merge: split partials leave it out, so that it is counted once.
     const float sink = item.num_splits == 1 ? sink_of(args.sinks, block.head(row0 + row)) : neg_inf;
     const RowFinish finished = finish_row(m, total, sink);
-    const float share = own * finished.scale;
+    const float share = own * finished.scale * v_scale;
     row_lse[r] = finished.lse;
     for (int j = 0; j < kNTilesO; ++j) {
       warp_o[((warp * kNTilesO + j) * 2 + r) * 32 + lane] =
@@ -477,7 +520,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
 }
 
 // The kernel: a persistent grid whose CTAs take the work list's items in turn.
-template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kKvFp8 = false>
 __device__ void paged_decode(const PagedDecodeArgs& args) {
   extern __shared__ __align__(16) unsigned char fj_decode_smem[];
   // Tiles start on a 128-byte line (paged_decode_smem_bytes has room for the shift).
@@ -486,7 +529,7 @@ __device__ void paged_decode(const PagedDecodeArgs& args) {
   for (int i = blockIdx.x; i < count; i += gridDim.x) {
     const DecodeWorkItem item = args.work_items[i];
     __syncthreads();  // every warp is done with the previous item's shared memory
-    decode_item<Variant, kHeadDim, kBF16, kPageSize>(args, item, smem);
+    decode_item<Variant, kHeadDim, kBF16, kPageSize, kKvFp8>(args, item, smem);
   }
 }
 

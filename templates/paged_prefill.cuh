@@ -381,6 +381,11 @@ struct PaddedRows {
   // The shared address of chunk 2 * j + h of a row, from `first` = the tile's address plus
   // bytes(row, h), h = 0 or 1 (what an ldmatrix lane reads at k16 step j).
   static __device__ __forceinline__ u32 pair_address(u32 first, int j) { return first + j * 32u; }
+  // bytes() in unsigned arithmetic, for indices known not to be negative (the fp8 conversion's,
+  // whose divisions by constants then become shifts).
+  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
+    return (row * static_cast<u32>(prefill_smem_row_elems(kHeadDim)) + chunk * 8u) * 2u;
+  }
 };
 
 // The 128-byte-swizzled layout of a tile of kRows rows (the wgmma operand layout, fj_wgmma.cuh):
@@ -398,10 +403,30 @@ struct Swizzled128Rows {
   static __device__ __forceinline__ int offset(int row, int chunk) {
     return static_cast<int>(bytes(row, chunk) / 2);
   }
+  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
+    return (chunk / 8u) * static_cast<u32>(kRows) * 128u + row * 128u +
+           (((chunk % 8u) ^ (row % 8u)) * 16u);
+  }
   // As PaddedRows::pair_address: the units' permutation is an XOR of bits 4-6, so step j's part
   // is a constant (the tile on a 128-byte boundary).
   static __device__ __forceinline__ u32 pair_address(u32 first, int j) {
     return (first + static_cast<u32>((j / 4) * kRows * 128)) ^ static_cast<u32>((j % 4) * 32);
+  }
+};
+
+// Rows of kChunks 16-byte chunks, unpadded and unswizzled: the e4m3 rows (head_dim bytes) of
+// an fp8 cache's stages, which the copies write and the conversion reads a row per lanes in
+// step (convert_e4m3_chunk), so that neither meets a bank conflict.
+template <int kChunks>
+struct DenseRows {
+  static __device__ __forceinline__ u32 bytes(int row, int chunk) {
+    return static_cast<u32>((row * kChunks + chunk) * 16);
+  }
+  static __device__ __forceinline__ int offset(int row, int chunk) {
+    return (row * kChunks + chunk) * 8;
+  }
+  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
+    return (row * static_cast<u32>(kChunks) + chunk) * 16u;
   }
 };
 
@@ -549,7 +574,7 @@ __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigne
 }
 
 // Packed query rows [row0, row0 + kPrefillBlockM) of `request` against kv head `kv_head`.
-template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kKvFp8>
 __device__ void prefill_block(const PagedPrefillArgs& args, const int request, const int kv_head,
                               const int row0) {
   static_assert(kHeadDim % 16 == 0, "head dim must be a multiple of 16");
@@ -564,6 +589,12 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   unsigned short* q_tile = reinterpret_cast<unsigned short*>(fj_prefill_smem);
   unsigned short* k_tile = q_tile + kTileElems;
   unsigned short* v_tile = k_tile + kTileElems;
+  // An fp8 cache: its e4m3 K and V tiles (padded rows of head_dim bytes, in 16-bit units),
+  // which each thread converts, the chunks it copied, into the 16-bit tiles.
+  constexpr int kUnit = kKvFp8 ? 2 : 1;  // cache elements per 16-bit unit
+  constexpr int kFp8TileElems = kPrefillBlockM * prefill_smem_row_elems(kHeadDim / 2);
+  unsigned short* const k_copy_tile = kKvFp8 ? v_tile + kTileElems : k_tile;
+  unsigned short* const v_copy_tile = kKvFp8 ? k_copy_tile + kFp8TileElems : v_tile;
 
   const Variant variant{};
   const PackedRows block = packed_rows_of(args, request, kv_head, row0, kPrefillBlockM,
@@ -593,7 +624,8 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   for (int i = 0; i < 2; ++i)
     row_valid[i] = first_row + i * 8 < packed_rows;
   ThreadRows<Variant> rows;
-  const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
+  const float scale = score_scale<kKvFp8>(args, kv_head);
+  const float factor = exp2_factor<Variant>(scale);  // of exp2's argument
   rows.set(variant, args.params, request, block, first_row);
 
   // Q fragments stay in registers across the K/V loop up to head dim 128; beyond, the O
@@ -619,10 +651,12 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
                      : args.block_table + static_cast<i64>(request) * args.block_table_stride;
   const unsigned short* k_cache = static_cast<const unsigned short*>(args.k_cache);
   const unsigned short* v_cache = static_cast<const unsigned short*>(args.v_cache);
-  const i64 k_head_offset = static_cast<i64>(kv_head) * args.k_stride_head +
-                            kv_batch_offset<kPageSize>(args.k_stride_block, request);
-  const i64 v_head_offset = static_cast<i64>(kv_head) * args.v_stride_head +
-                            kv_batch_offset<kPageSize>(args.v_stride_block, request);
+  const i64 k_head_offset = (static_cast<i64>(kv_head) * args.k_stride_head +
+                             kv_batch_offset<kPageSize>(args.k_stride_block, request)) /
+                            kUnit;
+  const i64 v_head_offset = (static_cast<i64>(kv_head) * args.v_stride_head +
+                             kv_batch_offset<kPageSize>(args.v_stride_block, request)) /
+                            kUnit;
 
   const int kv_end = kv_end_of<kPageSize>(args, seq_len);
   // Only the tiles of the keys the mask's kv range admits are visited
@@ -655,11 +689,32 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     if (tile_class == TileClass::Empty) continue;
 
     __syncthreads();  // every warp is done reading the previous K/V tile
-    load_kv_tile<kHeadDim, kPageSize>(k_tile, k_cache, args.k_stride_block, args.k_stride_slot,
-                                      k_head_offset, block_row, key_begin, k0, kv_end);
-    load_kv_tile<kHeadDim, kPageSize>(v_tile, v_cache, args.v_stride_block, args.v_stride_slot,
-                                      v_head_offset, block_row, key_begin, k0, kv_end);
+    load_kv_tile<kHeadDim / kUnit, kPageSize>(k_copy_tile, k_cache, args.k_stride_block / kUnit,
+                                              args.k_stride_slot / kUnit, k_head_offset, block_row,
+                                              key_begin, k0, kv_end);
+    load_kv_tile<kHeadDim / kUnit, kPageSize>(v_copy_tile, v_cache, args.v_stride_block / kUnit,
+                                              args.v_stride_slot / kUnit, v_head_offset, block_row,
+                                              key_begin, k0, kv_end);
     cp_async_wait_all();
+    if constexpr (kKvFp8) {
+      // The chunks this thread copied (load_kv_tile's order), now landed, into 16-bit rows.
+      using From = PaddedRows<kHeadDim / 2>;
+      using To = PaddedRows<kHeadDim>;
+      constexpr int kChunks = kHeadDim / 16;  // 16-byte chunks of an e4m3 row
+      constexpr u32 kItems = kPrefillBlockN * kChunks;
+#pragma unroll 1  // unrolled, the head-dim-96 kernel spills
+      for (u32 c = threadIdx.x; c < kItems; c += kPrefillThreads) {
+        const u32 row = c / kChunks;
+        const u32 chunk = c % kChunks;
+        const u32 from = From::unsigned_bytes(row, chunk);
+        const u32 low = To::unsigned_bytes(row, 2 * chunk);
+        const u32 high = To::unsigned_bytes(row, 2 * chunk + 1);
+        convert_e4m3_chunk<kBF16>(smem_address(k_copy_tile) + from, smem_address(k_tile) + low,
+                                  smem_address(k_tile) + high);
+        convert_e4m3_chunk<kBF16>(smem_address(v_copy_tile) + from, smem_address(v_tile) + low,
+                                  smem_address(v_tile) + high);
+      }
+    }
     __syncthreads();
 
     // S = Q K^T for the warp's 16 rows and the tile's 64 keys.
@@ -684,7 +739,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     // sequence), then the online-softmax update.
     const bool check_elements = tile_class == TileClass::Partial || k0 + kPrefillBlockN > kv_end;
     float tile_max[2] = {neg_inf, neg_inf};
-    score_and_mask<kNTilesS>(variant, args.params, args.scale, rows, k0 + quad_col * 2, kv_end,
+    score_and_mask<kNTilesS>(variant, args.params, scale, rows, k0 + quad_col * 2, kv_end,
                              check_elements, s, tile_max);
     float rescale[2];
     float max_scaled[2];
@@ -731,7 +786,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     const int packed = row0 + warp * 16 + quad_row + i * 8;
     const i64 token = block.token(packed);
     const RowFinish finished = finish_row(row_max[i], total, sink_of(args.sinks, rows.head[i]));
-    const float inv = finished.scale;
+    const float inv = finished.scale * value_scale<kKvFp8>(args, kv_head);
     u32* out_row = reinterpret_cast<u32*>(out + token * args.out_stride_token +
                                           static_cast<i64>(rows.head[i]) * args.out_stride_head);
     for (int j = 0; j < kNTilesO; ++j) {
@@ -770,10 +825,10 @@ __device__ __forceinline__ void run_prefill_work(const PagedPrefillArgs& args, c
 }
 
 // The mma.sync kernel (sm_80 and later).
-template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kKvFp8 = false>
 __device__ void paged_prefill(const PagedPrefillArgs& args) {
   run_prefill_work<kPrefillBlockM>(args, [&](int request, int kv_head, int row0) {
-    prefill_block<Variant, kHeadDim, kBF16, kPageSize>(args, request, kv_head, row0);
+    prefill_block<Variant, kHeadDim, kBF16, kPageSize, kKvFp8>(args, request, kv_head, row0);
   });
 }
 

@@ -54,7 +54,7 @@ FJ_HD constexpr int wgmma_key_term_slots() {
              : 1;
 }
 
-template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kProducer>
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kKvFp8, bool kProducer>
 __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args, const int request,
                                                    const int kv_head, const int row0,
                                                    KvPipeline& pipe, KeyTerms<Variant>* key_terms) {
@@ -129,7 +129,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   // This thread's two packed rows, quad_row and quad_row + 8, with the hooks' terms (unused by
   // the producer).
   ThreadRows<Variant> rows;
-  const float factor = exp2_factor<Variant>(args.scale);  // of exp2's argument
+  const float scale = score_scale<kKvFp8>(args, kv_head);
+  const float factor = exp2_factor<Variant>(scale);  // of exp2's argument
   float o[kOChunks][kAccumulatorFloats];
   const float neg_inf = negative_infinity();
   float row_max[2] = {neg_inf, neg_inf};
@@ -199,7 +200,100 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       cta_barrier();  // the list is visible and warp_counts free for the next round
     }
 
-    if constexpr (kProducer) {
+    // Thread k's key terms of key k0 + k of listed tile i (the mask's where the consumers check
+    // elements), which the producer stages beside the tile's stage.
+    const auto own_key_terms = [&](int i) {
+      KeyTerms<Variant> own_terms{};
+      if constexpr (kStageKeyTerms) {
+        const int own_key = static_cast<int>(threadIdx.x);
+        const int k0 = tile_list[i] / 4 * kBlockN;
+        if (own_key < kBlockN) {
+          const int kv = min(k0 + own_key, kv_end - 1);
+          own_terms.score = variant.score_key_terms(
+              args.params, request, kv, variant.score_request_terms(args.params, request));
+          if (static_cast<TileClass>(tile_list[i] % 4) == TileClass::Partial ||
+              k0 + kBlockN > kv_end) {
+            own_terms.mask = variant.mask_key_terms(
+                args.params, request, kv, variant.mask_request_terms(args.params, request));
+          }
+        }
+      }
+      return own_terms;
+    };
+    if constexpr (kProducer && kKvFp8) {
+      // An fp8 cache: part p of the listed tiles (K of tile p / 2 for even p, its V for odd p)
+      // is copied into slot p % kSlots of the e4m3 ring, and converted into the tile's 16-bit
+      // stage kSlots - 1 parts later, once its copies have landed: each thread converts the
+      // chunks it copied, so no barrier of the producer is needed. A tile is reported full
+      // once its V is converted; its stage is waited for (free) before its K is.
+      using Fp8Rows = DenseRows<kHeadDim / 16>;
+      using Fp8Copy = KvTileCopy<kHeadDim / 2, kBlockN, kWgmmaProducerThreads, kPageSize, Fp8Rows>;
+      constexpr int kSlots = wgmma_fp8_slots(kHeadDim);
+      constexpr int kPartBytes = kBlockN * kHeadDim;
+      const u32 fp8_address = stages_address + wgmma_stage_bytes();
+      // Byte strides and offsets in the copies' 16-bit units.
+      // Each thread copies, then converts, the chunks of item e4m3_item(thread): its stores
+      // into the stage meet no bank conflict.
+      const int item = static_cast<int>(e4m3_item<kHeadDim / 16>(threadIdx.x));
+      const Fp8Copy k_copy(item, static_cast<const unsigned short*>(args.k_cache),
+                           static_cast<i64>(kv_head) * args.k_stride_head / 2);
+      const Fp8Copy v_copy(item, static_cast<const unsigned short*>(args.v_cache),
+                           static_cast<i64>(kv_head) * args.v_stride_head / 2);
+      static_assert(Fp8Copy::kRowsPerPass % 8 == 0, "the passes share the swizzle");
+      using StageLayout = Swizzled128Rows<kBlockN>;
+      const u32 convert_from = Fp8Rows::unsigned_bytes(k_copy.row0, k_copy.chunk);
+      const u32 convert_low = StageLayout::unsigned_bytes(k_copy.row0, 2 * k_copy.chunk);
+      const u32 convert_high = StageLayout::unsigned_bytes(k_copy.row0, 2 * k_copy.chunk + 1);
+      i32 pages[Fp8Copy::kPages];
+      const auto issue = [&](int p) {
+        const int k0 = tile_list[p / 2] / 4 * kBlockN;
+        const u32 slot = fp8_address + (p % kSlots) * kPartBytes;
+        if (p % 2 == 0) {
+          k_copy.read_pages(pages, block_row, k0, kv_end);
+          k_copy.copy(slot, args.k_stride_block / 2, args.k_stride_slot / 2, pages, key_begin, k0,
+                      kv_end);
+        } else {
+          v_copy.copy(slot, args.v_stride_block / 2, args.v_stride_slot / 2, pages, key_begin, k0,
+                      kv_end);
+        }
+      };
+      const auto convert = [&](int p) {
+        const int i = p / 2;
+        const u32 t = pipe.tiles + i;
+        const int stage = static_cast<int>(t % kStages);
+        if (p % 2 == 0) {
+          const KeyTerms<Variant> own_terms = own_key_terms(i);
+          const int own_key = static_cast<int>(threadIdx.x);
+          if (t >= kStages) mbarrier_wait(pipe.empty(stage), (t / kStages - 1) % 2);
+          if constexpr (kStageKeyTerms) {
+            if (own_key < kBlockN) key_terms[stage * kBlockN + own_key] = own_terms;
+          }
+        }
+        // The passes' rows are kRowsPerPass (a multiple of 8) apart: the swizzle of every pass
+        // is the first's, and its addresses are the first's plus a constant.
+        const u32 from = fp8_address + (p % kSlots) * kPartBytes + convert_from;
+        const u32 to = stages_address + stage * 2 * kTileBytes + (p % 2) * kTileBytes;
+#pragma unroll 2
+        for (int pass = 0; pass < Fp8Copy::kPasses; ++pass) {
+          const u32 step = pass * Fp8Copy::kRowsPerPass;
+          convert_e4m3_chunk<kBF16>(from + step * (kHeadDim / 16) * 16u,
+                                    to + convert_low + step * 128u,
+                                    to + convert_high + step * 128u);
+        }
+        // Like the cp.async copies of the 16-bit kernel, these stores reach wgmma through the
+        // consumers' proxy fence after their wait on the barrier.
+        if (p % 2 == 1) mbarrier_arrive(pipe.full(stage));
+      };
+      const int parts = 2 * listed;
+      for (int p = 0; p < parts + kSlots - 1; ++p) {
+        if (p < parts) issue(p);
+        cp_async_commit();
+        if (p >= kSlots - 1) {
+          cp_async_wait<kSlots - 1>();
+          convert(p - (kSlots - 1));
+        }
+      }
+    } else if constexpr (kProducer) {
       using TileCopy =
           KvTileCopy<kHeadDim, kBlockN, kWgmmaProducerThreads, kPageSize, Swizzled128Rows<kBlockN>>;
       const TileCopy k_copy(static_cast<int>(threadIdx.x),
@@ -218,22 +312,9 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         const int k0 = tile_list[i] / 4 * kBlockN;
         i32 pages[TileCopy::kPages];
         k_copy.read_pages(pages, block_row, k0, kv_end);
-        // Thread k's key terms of key k0 + k (the mask's where the consumers check elements),
-        // loaded before the wait for the stage, stored after it.
-        KeyTerms<Variant> own_terms{};
+        // Loaded before the wait for the stage, stored after it.
+        const KeyTerms<Variant> own_terms = own_key_terms(i);
         const int own_key = static_cast<int>(threadIdx.x);
-        if constexpr (kStageKeyTerms) {
-          if (own_key < kBlockN) {
-            const int kv = min(k0 + own_key, kv_end - 1);
-            own_terms.score = variant.score_key_terms(
-                args.params, request, kv, variant.score_request_terms(args.params, request));
-            if (static_cast<TileClass>(tile_list[i] % 4) == TileClass::Partial ||
-                k0 + kBlockN > kv_end) {
-              own_terms.mask = variant.mask_key_terms(
-                  args.params, request, kv, variant.mask_request_terms(args.params, request));
-            }
-          }
-        }
         // The consumers free tile t - kStages's stage while they compute tile t - kStages + 1,
         // which the producer reports full after tile t - kStages + 2's copies are out: with
         // fewer than three stages that is tile t itself, so the tile in flight is reported
@@ -370,15 +451,14 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
             for (int i = 0; i < kBlockN / 32; ++i)
               window.bits[r][i] = __funnelshift_r(words[i], words[i + 1], diagonal_shift[r]);
           }
-          score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(variant, args.params, args.scale,
-                                                                 rows, key0, kv_end, true, s,
-                                                                 tile_max, staged, window);
+          score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
+              variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged, window);
         } else if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
-              variant, args.params, args.scale, rows, key0, kv_end, true, s, tile_max, staged);
+              variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged);
         } else {
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
-              variant, args.params, args.scale, rows, key0, kv_end, false, s, tile_max, staged);
+              variant, args.params, scale, rows, key0, kv_end, false, s, tile_max, staged);
         }
         float max_scaled[2];
         float rescale[2];
@@ -433,8 +513,12 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
     // Normalise and write. Each quad holds a full row; the row sum is reduced across it.
     unsigned short* out =
         static_cast<unsigned short*>(args.out) + out_batch_offset<kPageSize>(args, request);
+    const float v_scale = value_scale<kKvFp8>(args, kv_head);
     const auto finish = [&](int r) {
-      return finish_row(row_max[r], quad_sum(row_sum[r]), sink_of(args.sinks, rows.head[r]));
+      RowFinish finished =
+          finish_row(row_max[r], quad_sum(row_sum[r]), sink_of(args.sinks, rows.head[r]));
+      finished.scale *= v_scale;
+      return finished;
     };
     const auto write_lse = [&](int r, float lse) {
       const int packed = row0 + consumer_warp * 16 + quad_row + r * 8;
@@ -506,7 +590,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
 
 // The kernel: the producer warpgroup hands its registers to the consumers (setmaxnreg), then
 // every role runs the CTA's blocks in step.
-template <class Variant, int kHeadDim, bool kBF16, int kPageSize>
+template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kKvFp8 = false>
 __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
   constexpr int kBlockN = wgmma_block_n(kHeadDim, Variant::kElementOperations);
   constexpr int kStages = wgmma_stages(kHeadDim, kBlockN);
@@ -523,14 +607,14 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
   if (threadIdx.x < kWgmmaProducerThreads) {
     setmaxnreg_dec<wgmma_producer_registers(kHeadDim)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
-      prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, true>(args, request, kv_head, row0,
-                                                                    pipe, key_terms);
+      prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, kKvFp8, true>(args, request, kv_head,
+                                                                            row0, pipe, key_terms);
     });
   } else {
     setmaxnreg_inc<wgmma_consumer_registers(kHeadDim)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
-      prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, false>(args, request, kv_head, row0,
-                                                                     pipe, key_terms);
+      prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, kKvFp8, false>(args, request, kv_head,
+                                                                             row0, pipe, key_terms);
     });
   }
 }

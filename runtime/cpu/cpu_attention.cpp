@@ -121,6 +121,9 @@ struct Scratch {
   float row_max[kBlockM], row_sum[kBlockM], alpha[kBlockM];
   float scores[kBlockN];
   uint8_t mask[kBlockN];
+  // An fp8 cache: the value each e4m3 byte stands for in the item's kv head (times its k_scale
+  // or v_scale).
+  float k_fp8[256], v_fp8[256];
   float* memory = nullptr;
 
   Scratch() {
@@ -194,41 +197,68 @@ TileClass classify_for_heads(const CpuKernel& kernel, const fj::MaskParams& para
   return all_empty ? TileClass::Empty : all_full ? TileClass::Full : TileClass::Partial;
 }
 
-// Converts keys [k0, k0 + n) of one kv head into `dst` rows of kHeadDim floats, and zeroes the
-// rows up to the next multiple of 4 (the score loop's key block).
+// The value of every e4m3 byte (fj::e4m3_to_float, NaN included): an fp8 cache is read through
+// a copy of this table scaled for the kv head.
+const std::array<float, 256> kE4m3Values = [] {
+  std::array<float, 256> values{};
+  for (uint32_t byte = 0; byte < values.size(); ++byte)
+    values[byte] = fj::e4m3_to_float(byte);
+  return values;
+}();
+
+// One kv head's rows of a K or V cache: 16-bit elements, or e4m3 bytes when `fp8_values` (the
+// value of each byte, scale applied) is not null. Offsets and strides count elements, which are
+// bytes for fp8.
+struct CacheRows {
+  const void* data;
+  int64_t stride_block, stride_slot, head_offset;
+  const float* fp8_values;
+
+  // Where key `key` starts: through the block table, or at row first_row + key of a
+  // contiguous cache (block_row null).
+  FJ_ALWAYS_INLINE int64_t offset(const int32_t* block_row, int64_t first_row, int page_size,
+                                  int key) const {
+    return block_row == nullptr ? (first_row + key) * stride_slot + head_offset
+                                : int64_t{block_row[key / page_size]} * stride_block +
+                                      int64_t{key % page_size} * stride_slot + head_offset;
+  }
+};
+
+// Converts keys [k0, k0 + n) of `rows` into `dst` rows of kHeadDim floats, and zeroes the rows up
+// to the next multiple of 4 (the score loop's key block).
 template <int kHeadDim, bool kBF16>
-FJ_ALWAYS_INLINE void load_rows(float* dst, const uint16_t* cache, int64_t stride_block,
-                                int64_t stride_slot, int64_t head_offset, const int32_t* block_row,
+FJ_ALWAYS_INLINE void load_rows(float* dst, const CacheRows& rows, const int32_t* block_row,
                                 int64_t first_row, int page_size, int k0, int n) {
-  for (int j = 0; j < n; ++j) {
-    const int key = k0 + j;
-    const uint16_t* src = block_row == nullptr
-                              ? cache + (first_row + key) * stride_slot + head_offset
-                              : cache + int64_t{block_row[key / page_size]} * stride_block +
-                                    int64_t{key % page_size} * stride_slot + head_offset;
-    for (int c = 0; c < kHeadDim; c += kLanes)
-      store(dst + j * kHeadDim + c, load_half<kBF16>(src + c));
+  if (rows.fp8_values != nullptr) {
+    for (int j = 0; j < n; ++j) {
+      const uint8_t* src = static_cast<const uint8_t*>(rows.data) +
+                           rows.offset(block_row, first_row, page_size, k0 + j);
+      for (int c = 0; c < kHeadDim; ++c)
+        dst[j * kHeadDim + c] = rows.fp8_values[src[c]];
+    }
+  } else {
+    for (int j = 0; j < n; ++j) {
+      const uint16_t* src = static_cast<const uint16_t*>(rows.data) +
+                            rows.offset(block_row, first_row, page_size, k0 + j);
+      for (int c = 0; c < kHeadDim; c += kLanes)
+        store(dst + j * kHeadDim + c, load_half<kBF16>(src + c));
+    }
   }
   for (int j = n; j < ((n + 3) & ~3); ++j)
     std::memset(dst + j * kHeadDim, 0, kHeadDim * sizeof(float));
 }
 
-// Asks for the cache lines of keys [k0, k0 + n) of one kv head, so that the next tile's rows
-// arrive while this one is computed (a tile's rows are scattered over pages).
+// Asks for the cache lines of keys [k0, k0 + n) of `rows`, so that the next tile's rows arrive
+// while this one is computed (a tile's rows are scattered over pages).
 template <int kHeadDim>
-FJ_ALWAYS_INLINE void prefetch_rows(const uint16_t* cache, int64_t stride_block,
-                                    int64_t stride_slot, int64_t head_offset,
-                                    const int32_t* block_row, int64_t first_row, int page_size,
-                                    int k0, int n) {
-  constexpr int kLineElements = 64 / sizeof(uint16_t);
+FJ_ALWAYS_INLINE void prefetch_rows(const CacheRows& rows, const int32_t* block_row,
+                                    int64_t first_row, int page_size, int k0, int n) {
+  const int element_bytes = rows.fp8_values != nullptr ? 1 : 2;
+  const char* data = static_cast<const char*>(rows.data);
   for (int j = 0; j < n; ++j) {
-    const int key = k0 + j;
-    const uint16_t* src = block_row == nullptr
-                              ? cache + (first_row + key) * stride_slot + head_offset
-                              : cache + int64_t{block_row[key / page_size]} * stride_block +
-                                    int64_t{key % page_size} * stride_slot + head_offset;
-    for (int c = 0; c < kHeadDim; c += kLineElements)
-      __builtin_prefetch(src + c);
+    const char* src = data + rows.offset(block_row, first_row, page_size, k0 + j) * element_bytes;
+    for (int byte = 0; byte < kHeadDim * element_bytes; byte += 64)
+      __builtin_prefetch(src + byte);
   }
 }
 
@@ -369,12 +399,21 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
   const int end_tile = lo < visible_end ? (visible_end + kBlockN - 1) / kBlockN : first_tile;
   const int32_t* block_row =
       job.contiguous ? nullptr : args.block_table + int64_t{request} * args.block_table_stride;
-  const uint16_t* k_cache = static_cast<const uint16_t*>(args.k_cache);
-  const uint16_t* v_cache = static_cast<const uint16_t*>(args.v_cache);
-  const int64_t k_head_offset =
-      int64_t{item.kv_head} * args.k_stride_head + batch * args.k_stride_block;
-  const int64_t v_head_offset =
-      int64_t{item.kv_head} * args.v_stride_head + batch * args.v_stride_block;
+  const bool fp8 = kernel.config.kv_fp8;
+  if (fp8) {
+    const float k_scale = args.k_scale[int64_t{item.kv_head} * args.kv_scale_stride];
+    const float v_scale = args.v_scale[int64_t{item.kv_head} * args.kv_scale_stride];
+    for (size_t byte = 0; byte < kE4m3Values.size(); ++byte) {
+      sc.k_fp8[byte] = kE4m3Values[byte] * k_scale;
+      sc.v_fp8[byte] = kE4m3Values[byte] * v_scale;
+    }
+  }
+  const CacheRows k_rows{args.k_cache, args.k_stride_block, args.k_stride_slot,
+                         int64_t{item.kv_head} * args.k_stride_head + batch * args.k_stride_block,
+                         fp8 ? sc.k_fp8 : nullptr};
+  const CacheRows v_rows{args.v_cache, args.v_stride_block, args.v_stride_slot,
+                         int64_t{item.kv_head} * args.v_stride_head + batch * args.v_stride_block,
+                         fp8 ? sc.v_fp8 : nullptr};
   const bool has_score = kernel.variant.has_score();
 
   for (int tile = first_tile; tile < end_tile; ++tile) {
@@ -383,16 +422,12 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
     const TileClass tile_class =
         classify_for_heads(kernel, params, request, head_lo, head_hi, q_lo, q_hi, k0, k0 + n);
     if (tile_class == TileClass::Empty) continue;
-    load_rows<kHeadDim, kBF16>(sc.k, k_cache, args.k_stride_block, args.k_stride_slot,
-                               k_head_offset, block_row, key_begin, job.page_size, k0, n);
-    load_rows<kHeadDim, kBF16>(sc.v, v_cache, args.v_stride_block, args.v_stride_slot,
-                               v_head_offset, block_row, key_begin, job.page_size, k0, n);
+    load_rows<kHeadDim, kBF16>(sc.k, k_rows, block_row, key_begin, job.page_size, k0, n);
+    load_rows<kHeadDim, kBF16>(sc.v, v_rows, block_row, key_begin, job.page_size, k0, n);
     if (tile + 1 < end_tile) {
       const int next_n = std::min(k0 + 2 * kBlockN, kv_end) - (k0 + kBlockN);
-      prefetch_rows<kHeadDim>(k_cache, args.k_stride_block, args.k_stride_slot, k_head_offset,
-                              block_row, key_begin, job.page_size, k0 + kBlockN, next_n);
-      prefetch_rows<kHeadDim>(v_cache, args.v_stride_block, args.v_stride_slot, v_head_offset,
-                              block_row, key_begin, job.page_size, k0 + kBlockN, next_n);
+      prefetch_rows<kHeadDim>(k_rows, block_row, key_begin, job.page_size, k0 + kBlockN, next_n);
+      prefetch_rows<kHeadDim>(v_rows, block_row, key_begin, job.page_size, k0 + kBlockN, next_n);
     }
     scores_block<kHeadDim, kRowVecs>(sc.q_t, sc.k, sc.s, n, args.scale);
 
@@ -648,11 +683,24 @@ void merge_states(const fj::MergeStatesArgs& args, bool bf16, ThreadPool& pool) 
 
 void kv_cache_write(const fj::KvCacheWriteArgs& args, ThreadPool& pool) {
   constexpr int64_t kTokensPerIndex = 64;
+  const bool fp8 = args.k_scale != nullptr;
+  const fj_dtype input_dtype = args.input_bf16 != 0 ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
   const uint16_t* key = static_cast<const uint16_t*>(args.key);
   const uint16_t* value = static_cast<const uint16_t*>(args.value);
-  uint16_t* k_cache = static_cast<uint16_t*>(args.k_cache);
-  uint16_t* v_cache = static_cast<uint16_t*>(args.v_cache);
-  const size_t row_bytes = size_t(args.head_dim) * sizeof(uint16_t);
+  uint8_t* k_cache = static_cast<uint8_t*>(args.k_cache);
+  uint8_t* v_cache = static_cast<uint8_t*>(args.v_cache);
+  const int64_t element_bytes = fp8 ? 1 : 2;
+  // A row of `head_dim` inputs into the cache: copied, or each value divided by the kv head's
+  // scale and rounded to e4m3.
+  const auto write_row = [&](uint8_t* dst, const uint16_t* src, const float* scales, int64_t head) {
+    if (!fp8) {
+      std::memcpy(dst, src, size_t(args.head_dim) * sizeof(uint16_t));
+      return;
+    }
+    const float scale = scales[head * args.kv_scale_stride];
+    for (int d = 0; d < args.head_dim; ++d)
+      dst[d] = static_cast<uint8_t>(fj::e4m3_from_float(from_bits(src[d], input_dtype) / scale));
+  };
   pool.run((args.num_tokens + kTokensPerIndex - 1) / kTokensPerIndex, [&](int64_t index) {
     const int64_t end = std::min<int64_t>(args.num_tokens, (index + 1) * kTokensPerIndex);
     for (int64_t token = index * kTokensPerIndex; token < end; ++token) {
@@ -661,13 +709,16 @@ void kv_cache_write(const fj::KvCacheWriteArgs& args, ThreadPool& pool) {
       const int64_t block = slot / args.page_size;
       const int64_t offset = slot % args.page_size;
       for (int64_t head = 0; head < args.num_kv_heads; ++head) {
-        std::memcpy(k_cache + block * args.k_stride_block + offset * args.k_stride_slot +
-                        head * args.k_stride_head,
-                    key + token * args.key_stride_token + head * args.key_stride_head, row_bytes);
-        std::memcpy(v_cache + block * args.v_stride_block + offset * args.v_stride_slot +
-                        head * args.v_stride_head,
-                    value + token * args.value_stride_token + head * args.value_stride_head,
-                    row_bytes);
+        write_row(k_cache + (block * args.k_stride_block + offset * args.k_stride_slot +
+                             head * args.k_stride_head) *
+                                element_bytes,
+                  key + token * args.key_stride_token + head * args.key_stride_head, args.k_scale,
+                  head);
+        write_row(v_cache + (block * args.v_stride_block + offset * args.v_stride_slot +
+                             head * args.v_stride_head) *
+                                element_bytes,
+                  value + token * args.value_stride_token + head * args.value_stride_head,
+                  args.v_scale, head);
       }
     }
   });

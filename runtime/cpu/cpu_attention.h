@@ -34,8 +34,9 @@ inline constexpr int kBlockN = 64;
 // What a CPU kernel handle holds: the variant and its host code (mask rows, scores, tile
 // classes and kv ranges, LLVM-compiled where flexjit has LLVM).
 struct CpuKernel {
-  std::string name;            // "cpu_prefill_causal_hd128_bf16_page16"
-  PrefillKernelConfig config;  // head_dim, bf16, page_size (0: contiguous K/V); arch "cpu"
+  std::string name;  // "cpu_prefill_causal_hd128_bf16_page16", "..._bf16_kvfp8_page16"
+  // head_dim, bf16, page_size (0: contiguous K/V), kv_fp8 (an e4m3 cache); arch "cpu"
+  PrefillKernelConfig config;
   Variant variant;
   std::shared_ptr<const HostCode> code;
 };
@@ -56,10 +57,13 @@ std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bo
 
 // Runs the attention of `args` (checked by the C API's rules and check_host_batch; the
 // summaries of the arrays the variant reads along a position built in args.params) on `pool`.
-// Synchronous; the output does not depend on the pool's size.
+// With config.kv_fp8 the cache holds e4m3 bytes, each read as fj::e4m3_to_float times its kv
+// head's args.k_scale or args.v_scale (host memory). Synchronous; the output does not depend on
+// the pool's size.
 void attention(const CpuKernel& kernel, const fj::PagedPrefillArgs& args, ThreadPool& pool);
 
-// merge_states.cuh and kv_cache_write.cuh on host memory (arguments checked by the C API).
+// merge_states.cuh and kv_cache_write.cuh on host memory (arguments checked by the C API). With
+// args.k_scale set, kv_cache_write quantizes into an fp8 cache: fj::e4m3_from_float(x / scale).
 void merge_states(const fj::MergeStatesArgs& args, bool bf16, ThreadPool& pool);
 void kv_cache_write(const fj::KvCacheWriteArgs& args, ThreadPool& pool);
 

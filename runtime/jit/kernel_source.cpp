@@ -16,6 +16,17 @@ std::string arch_in_name(std::string arch) {
   return arch;
 }
 
+// q's dtype in kernel names, with "_kvfp8" after it for an fp8 cache.
+std::string dtype_in_name(const PrefillKernelConfig& config) {
+  return fmt::format("{}{}", config.bf16 ? "bf16" : "fp16", config.kv_fp8 ? "_kvfp8" : "");
+}
+
+// The kernel templates' last argument, kKvFp8, written only when true: the 16-bit kernels'
+// sources (and hashes) stay as they were.
+std::string kv_fp8_argument(const PrefillKernelConfig& config) {
+  return config.kv_fp8 ? ", true" : "";
+}
+
 }  // namespace
 
 PrefillLaunchShape prefill_launch_shape(const PrefillKernelConfig& config) {
@@ -24,12 +35,12 @@ PrefillLaunchShape prefill_launch_shape(const PrefillKernelConfig& config) {
   shape.wgmma = fj::prefill_uses_wgmma(config.head_dim, sm90a);
   shape.block_m = fj::prefill_block_m(config.head_dim, sm90a);
   shape.threads = fj::prefill_threads(config.head_dim, sm90a);
-  shape.smem_bytes = fj::paged_prefill_smem_bytes(config.head_dim, sm90a);
+  shape.smem_bytes = fj::paged_prefill_smem_bytes(config.head_dim, sm90a, config.kv_fp8);
   return shape;
 }
 
 std::string prefill_kernel_name(std::string_view mask_name, const PrefillKernelConfig& config) {
-  const char* dtype = config.bf16 ? "bf16" : "fp16";
+  const std::string dtype = dtype_in_name(config);
   if (config.page_size == 0) {
     return fmt::format("encoder_{}_hd{}_{}_{}", mask_name, config.head_dim, dtype,
                        arch_in_name(config.arch));
@@ -76,7 +87,7 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
       "{variant_source}\n"
       "extern \"C\" __global__ void __launch_bounds__({bounds})\n"
       "{name}(const fj::PagedPrefillArgs args) {{\n"
-      "  fj::{function}<{variant}, {head_dim}, {bf16}, {page}>(args);\n"
+      "  fj::{function}<{variant}, {head_dim}, {bf16}, {page}{kv_fp8}>(args);\n"
       "}}\n",
       fmt::arg("name", spec.name), fmt::arg("mask", variant_ir.name),
       fmt::arg("constants", constants.empty() ? "none" : constants),
@@ -87,13 +98,14 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
       fmt::arg("bounds", launch.wgmma ? fmt::format("{}, 1", launch.threads)
                                       : fmt::format("{}", launch.threads)),
       fmt::arg("variant", variant), fmt::arg("head_dim", config.head_dim),
-      fmt::arg("bf16", config.bf16 ? "true" : "false"), fmt::arg("page", config.page_size));
+      fmt::arg("bf16", config.bf16 ? "true" : "false"), fmt::arg("page", config.page_size),
+      fmt::arg("kv_fp8", kv_fp8_argument(config)));
   return spec;
 }
 
 std::string decode_kernel_name(std::string_view mask_name, const PrefillKernelConfig& config) {
   return fmt::format("decode_{}_hd{}_{}_page{}_{}", mask_name, config.head_dim,
-                     config.bf16 ? "bf16" : "fp16", config.page_size, arch_in_name(config.arch));
+                     dtype_in_name(config), config.page_size, arch_in_name(config.arch));
 }
 
 KernelSpec decode_kernel_spec(const Variant& variant_ir, const PrefillKernelConfig& config) {
@@ -108,13 +120,13 @@ KernelSpec decode_kernel_spec(const Variant& variant_ir, const PrefillKernelConf
       "{variant_source}\n"
       "extern \"C\" __global__ void __launch_bounds__({threads}, 1)\n"
       "{name}(const fj::PagedDecodeArgs args) {{\n"
-      "  fj::paged_decode<{variant}, {head_dim}, {bf16}, {page}>(args);\n"
+      "  fj::paged_decode<{variant}, {head_dim}, {bf16}, {page}{kv_fp8}>(args);\n"
       "}}\n",
       fmt::arg("name", spec.name), fmt::arg("mask", variant_ir.name),
       fmt::arg("variant_source", emit_cuda_variant(variant_ir, variant)),
       fmt::arg("threads", fj::kDecodeThreads), fmt::arg("variant", variant),
       fmt::arg("head_dim", config.head_dim), fmt::arg("bf16", config.bf16 ? "true" : "false"),
-      fmt::arg("page", config.page_size));
+      fmt::arg("page", config.page_size), fmt::arg("kv_fp8", kv_fp8_argument(config)));
   return spec;
 }
 
@@ -129,6 +141,21 @@ KernelSpec kv_cache_write_spec(const std::string& arch) {
       "  fj::kv_cache_write(args);\n"
       "}}\n",
       fmt::arg("threads", fj::kKvCacheWriteThreads), fmt::arg("name", spec.name));
+  return spec;
+}
+
+KernelSpec kv_cache_write_fp8_spec(bool bf16, const std::string& arch) {
+  KernelSpec spec;
+  spec.name = fmt::format("kv_cache_write_{}_fp8_{}", bf16 ? "bf16" : "fp16", arch_in_name(arch));
+  spec.arch = arch;
+  spec.source = fmt::format(
+      "#include \"kv_cache_write.cuh\"\n\n"
+      "extern \"C\" __global__ void __launch_bounds__({threads})\n"
+      "{name}(const fj::KvCacheWriteArgs args) {{\n"
+      "  fj::kv_cache_write_fp8<{bf16}>(args);\n"
+      "}}\n",
+      fmt::arg("threads", fj::kKvCacheWriteThreads), fmt::arg("name", spec.name),
+      fmt::arg("bf16", bf16 ? "true" : "false"));
   return spec;
 }
 

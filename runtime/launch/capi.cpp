@@ -79,13 +79,15 @@ std::optional<Failure> require_non_negative(std::initializer_list<NamedValue> va
   return std::nullopt;
 }
 
-// Strides of 16-bit rows: non-negative multiples of 8 elements keep every row 16-byte aligned.
-std::optional<Failure> require_row_strides(std::initializer_list<NamedValue> strides) {
+// Strides of rows: non-negative multiples of `multiple` elements (8 of 16 bits, 16 of an fp8
+// cache) keep every row 16-byte aligned.
+std::optional<Failure> require_row_strides(std::initializer_list<NamedValue> strides,
+                                           int64_t multiple = 8) {
   for (const NamedValue& s : strides) {
-    if (s.value < 0 || s.value % 8 != 0) {
-      return fail(
-          FJ_ERROR_INVALID_ARGUMENT,
-          fmt::format("{} ({}) must be a non-negative multiple of 8 elements", s.name, s.value));
+    if (s.value < 0 || s.value % multiple != 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("{} ({}) must be a non-negative multiple of {} elements", s.name,
+                              s.value, multiple));
     }
   }
   return std::nullopt;
@@ -226,6 +228,35 @@ std::optional<Failure> check_sinks(const float* sinks) {
   return std::nullopt;
 }
 
+// The fp8 cache's scales of 0.8 (flexjit.h): both given, 4-byte aligned, with a non-negative
+// stride whose last kv head's index fits, for an fp8 cache; both null otherwise.
+std::optional<Failure> check_kv_scales(bool kv_fp8, const float* k_scale, const float* v_scale,
+                                       int32_t kv_scale_stride, int32_t num_kv_heads) {
+  if (!kv_fp8) {
+    if (k_scale != nullptr || v_scale != nullptr) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  "k_scale/v_scale given for a 16-bit K/V cache (they belong to kv_dtype "
+                  "FJ_DTYPE_FP8_E4M3)");
+    }
+    return std::nullopt;
+  }
+  if (auto f = require_non_null({{"k_scale", k_scale}, {"v_scale", v_scale}})) return f;
+  if (reinterpret_cast<std::uintptr_t>(k_scale) % alignof(float) != 0 ||
+      reinterpret_cast<std::uintptr_t>(v_scale) % alignof(float) != 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT, "k_scale or v_scale is not 4-byte aligned");
+  }
+  if (kv_scale_stride < 0) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("kv_scale_stride ({}) is negative", kv_scale_stride));
+  }
+  if (int64_t{kv_scale_stride} * std::max(num_kv_heads - 1, 0) > 0x7fffffff) {
+    return fail(
+        FJ_ERROR_UNSUPPORTED,
+        fmt::format("kv_scale_stride ({}) times num_kv_heads overflows 32 bits", kv_scale_stride));
+  }
+  return std::nullopt;
+}
+
 std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const int32_t* params,
                                                 int32_t num_params, const fj_array* arrays,
                                                 int32_t num_arrays, int32_t* bad_index,
@@ -295,13 +326,21 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
   if (auto f = require_row_strides({{"q_stride_token", a.q_stride_token},
                                     {"q_stride_head", a.q_stride_head},
                                     {"out_stride_token", a.out_stride_token},
-                                    {"out_stride_head", a.out_stride_head},
-                                    {"k_stride_block", a.k_stride_block},
+                                    {"out_stride_head", a.out_stride_head}})) {
+    return f;
+  }
+  // Cache rows move in 16-byte pieces: 8 elements of 16 bits, 16 of an fp8 cache.
+  if (auto f = require_row_strides({{"k_stride_block", a.k_stride_block},
                                     {"k_stride_slot", a.k_stride_slot},
                                     {"k_stride_head", a.k_stride_head},
                                     {"v_stride_block", a.v_stride_block},
                                     {"v_stride_slot", a.v_stride_slot},
-                                    {"v_stride_head", a.v_stride_head}})) {
+                                    {"v_stride_head", a.v_stride_head}},
+                                   kernel.config.kv_fp8 ? 16 : 8)) {
+    return f;
+  }
+  if (auto f = check_kv_scales(kernel.config.kv_fp8, a.k_scale, a.v_scale, a.kv_scale_stride,
+                               a.num_kv_heads)) {
     return f;
   }
   device = fj::PagedPrefillArgs{};
@@ -335,6 +374,9 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
   device.num_kv_heads = a.num_kv_heads;
   device.max_blocks_per_req = a.max_blocks_per_req;
   device.sinks = a.sinks;
+  device.k_scale = a.k_scale;
+  device.v_scale = a.v_scale;
+  device.kv_scale_stride = a.kv_scale_stride;
   return std::nullopt;
 }
 
@@ -817,46 +859,62 @@ FJ_API fj_status fj_kernel_create(fj_context* context, const fj_program* program
     if (program == nullptr || desc == nullptr || out == nullptr) {
       return fail(FJ_ERROR_INVALID_ARGUMENT, "program, desc or out is null");
     }
-    if (auto f = flexjit::check_args_struct("desc", desc)) return f;
-    if (desc->mask == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "desc->mask is null");
-    if (auto f = flexjit::check_defines(*desc)) return f;
-    if (!flexjit::supported::head_dim(desc->head_dim)) {
+    // 0.8 appended kv_dtype: an older caller's shorter struct reads it as 0.
+    fj_kernel_desc d;
+    if (auto f = flexjit::read_args_struct("desc", desc, flexjit::kKernelDescOldestSize, d)) {
+      return f;
+    }
+    if (d.mask == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "desc->mask is null");
+    if (auto f = flexjit::check_defines(d)) return f;
+    if (!flexjit::supported::head_dim(d.head_dim)) {
       return fail(FJ_ERROR_UNSUPPORTED,
-                  fmt::format("head_dim {} is not supported (supported: {})", desc->head_dim,
+                  fmt::format("head_dim {} is not supported (supported: {})", d.head_dim,
                               flexjit::supported::head_dims_text()));
     }
-    if (auto f = flexjit::check_dtype(desc->dtype)) return f;
-    if (!flexjit::supported::page_size(desc->page_size)) {
+    if (auto f = flexjit::check_dtype(d.dtype)) return f;
+    if (!flexjit::supported::page_size(d.page_size)) {
       return fail(FJ_ERROR_UNSUPPORTED,
-                  fmt::format("page_size {} is not supported ({})", desc->page_size,
+                  fmt::format("page_size {} is not supported ({})", d.page_size,
                               flexjit::supported::kPageSizesText));
+    }
+    const int32_t kv_dtype = flexjit::enum_bits(d.kv_dtype);
+    const bool kv_fp8 = kv_dtype == FJ_DTYPE_FP8_E4M3;
+    if (kv_dtype != 0 && kv_dtype != flexjit::enum_bits(d.dtype) && !kv_fp8) {
+      return fail(FJ_ERROR_UNSUPPORTED,
+                  fmt::format("kv_dtype {} is not supported (0, the dtype, or FJ_DTYPE_FP8_E4M3)",
+                              kv_dtype));
+    }
+    if (kv_fp8 && d.page_size == 0) {
+      return fail(FJ_ERROR_UNSUPPORTED,
+                  "kv_dtype FJ_DTYPE_FP8_E4M3 needs a paged kernel (page_size > 0): the "
+                  "contiguous-KV kernel reads 16-bit K/V");
     }
     if (context != program->context) {
       return fail(FJ_ERROR_INVALID_ARGUMENT, "program belongs to another context");
     }
     flexjit::PrefillKernelConfig config;
-    config.head_dim = desc->head_dim;
-    config.bf16 = desc->dtype == FJ_DTYPE_BF16;
-    config.page_size = desc->page_size;
-    if (desc->arch != nullptr && desc->arch == flexjit::cpu::kArch) {
+    config.head_dim = d.head_dim;
+    config.bf16 = d.dtype == FJ_DTYPE_BF16;
+    config.page_size = d.page_size;
+    config.kv_fp8 = kv_fp8;
+    if (d.arch != nullptr && d.arch == flexjit::cpu::kArch) {
       config.arch = flexjit::cpu::kArch;  // the CPU backend: no NVRTC, no device
-    } else if (desc->arch != nullptr) {
-      if (std::string problem = flexjit::supported::cuda_arch_problem(desc->arch);
-          !problem.empty()) {
+    } else if (d.arch != nullptr) {
+      if (std::string problem = flexjit::supported::cuda_arch_problem(d.arch); !problem.empty()) {
         return fail(FJ_ERROR_UNSUPPORTED, std::move(problem));
       }
-      config.arch = desc->arch;
+      config.arch = d.arch;
     } else {
       auto arch = flexjit::current_device_arch();
       if (!arch) return fail(FJ_ERROR_CUDA, arch.error().message);
       config.arch = *arch;
     }
     // A request seen before costs one lookup: no lowering, source generation or hashing.
-    std::string request = flexjit::kernel_request_key(*desc, config.arch);
+    std::string request = flexjit::kernel_request_key(d, config.arch);
     std::shared_ptr<const flexjit::ProgramKernel> entry =
         flexjit::find_program_kernel(*program, request);
     if (!entry) {
-      auto variant = flexjit::program_variant(*program, flexjit::selection_of(*desc));
+      auto variant = flexjit::program_variant(*program, flexjit::selection_of(d));
       if (!variant) return fail(FJ_ERROR_NOT_FOUND, variant.error().message);
       auto created = std::make_shared<flexjit::ProgramKernel>();
       if (config.arch == flexjit::cpu::kArch) {
@@ -999,16 +1057,40 @@ FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_
             {{"key", a.key}, {"value", a.value}, {"k_cache", a.k_cache}, {"v_cache", a.v_cache}})) {
       return f;
     }
+    // 0.8: an fp8 cache quantizes 16-bit inputs of `dtype` with the scales.
+    const int32_t cache_dtype = flexjit::enum_bits(a.cache_dtype);
+    const bool fp8 = cache_dtype == FJ_DTYPE_FP8_E4M3;
+    if (cache_dtype != 0 && !fp8) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("cache_dtype ({}) is neither 0 (a 16-bit copy) nor FJ_DTYPE_FP8_E4M3",
+                              cache_dtype));
+    }
+    if (fp8) {
+      const int32_t dtype = flexjit::enum_bits(a.dtype);
+      if (dtype != FJ_DTYPE_BF16 && dtype != FJ_DTYPE_FP16) {
+        return fail(FJ_ERROR_INVALID_ARGUMENT,
+                    fmt::format("dtype ({}) of the keys and values written into an fp8 cache is "
+                                "neither FJ_DTYPE_BF16 nor FJ_DTYPE_FP16",
+                                dtype));
+      }
+    }
+    if (auto f = flexjit::check_kv_scales(fp8, a.k_scale, a.v_scale, a.kv_scale_stride,
+                                          a.num_kv_heads)) {
+      return f;
+    }
     if (auto f = flexjit::require_row_strides({{"key_stride_token", a.key_stride_token},
                                                {"key_stride_head", a.key_stride_head},
                                                {"value_stride_token", a.value_stride_token},
-                                               {"value_stride_head", a.value_stride_head},
-                                               {"k_stride_block", a.k_stride_block},
+                                               {"value_stride_head", a.value_stride_head}})) {
+      return f;
+    }
+    if (auto f = flexjit::require_row_strides({{"k_stride_block", a.k_stride_block},
                                                {"k_stride_slot", a.k_stride_slot},
                                                {"k_stride_head", a.k_stride_head},
                                                {"v_stride_block", a.v_stride_block},
                                                {"v_stride_slot", a.v_stride_slot},
-                                               {"v_stride_head", a.v_stride_head}})) {
+                                               {"v_stride_head", a.v_stride_head}},
+                                              fp8 ? 16 : 8)) {
       return f;
     }
     const int64_t chunks = int64_t{a.num_tokens} * a.num_kv_heads * (a.head_dim / 8);
@@ -1036,12 +1118,25 @@ FJ_API fj_status fj_kv_cache_write(fj_context* context, const fj_kv_cache_write_
     device.num_kv_heads = a.num_kv_heads;
     device.head_dim = a.head_dim;
     device.page_size = a.page_size;
+    device.k_scale = a.k_scale;
+    device.v_scale = a.v_scale;
+    device.kv_scale_stride = a.kv_scale_stride;
+    device.input_bf16 = fp8 && a.dtype == FJ_DTYPE_BF16;
     if (a.device == FJ_DEVICE_CPU) {
       flexjit::cpu::kv_cache_write(device, flexjit::cpu::ThreadPool::shared());
       return std::nullopt;
     }
     flexjit::CompiledKernelPtr kernel;
-    if (auto f = flexjit::device_kernel(*context, flexjit::kv_cache_write_spec, kernel)) return f;
+    using MakeSpec = flexjit::KernelSpec (*)(const std::string&);
+    const MakeSpec spec = !fp8 ? &flexjit::kv_cache_write_spec
+                          : device.input_bf16
+                              ? MakeSpec{+[](const std::string& arch) {
+                                  return flexjit::kv_cache_write_fp8_spec(true, arch);
+                                }}
+                              : MakeSpec{+[](const std::string& arch) {
+                                  return flexjit::kv_cache_write_fp8_spec(false, arch);
+                                }};
+    if (auto f = flexjit::device_kernel(*context, spec, kernel)) return f;
     return flexjit::launch(*kernel, static_cast<unsigned>(blocks), 1, 1, fj::kKvCacheWriteThreads,
                            0, stream, &device);
   });

@@ -49,8 +49,11 @@ Result<Variant> program_variant(const fj_program& program, const VariantSelectio
 }
 
 std::string kernel_request_key(const fj_kernel_desc& desc, std::string_view arch) {
-  return fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}", selection_key(selection_of(desc)), desc.head_dim,
-                     static_cast<int>(desc.dtype), desc.page_size, arch);
+  // Whether the cache is fp8: any other kv_dtype fj_kernel_create accepts is q's dtype.
+  const bool kv_fp8 = desc.kv_dtype == FJ_DTYPE_FP8_E4M3;
+  return fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", selection_key(selection_of(desc)),
+                     desc.head_dim, static_cast<int>(desc.dtype), kv_fp8 ? "kvfp8" : "",
+                     desc.page_size, arch);
 }
 
 std::shared_ptr<const ProgramKernel> find_program_kernel(const fj_program& program,
@@ -82,7 +85,10 @@ void precompile_worker(fj_context* context, const fj_program* program, const fj_
   for (size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
     fj_kernel* kernel = nullptr;
     DescOutcome& outcome = outcomes[i];
-    outcome.status = fj_kernel_create(context, program, &descs[i], &kernel);
+    // The caller's array steps by its struct's size: an older header's descriptions are shorter.
+    const auto* desc = reinterpret_cast<const fj_kernel_desc*>(
+        reinterpret_cast<const unsigned char*>(descs) + i * descs->struct_size);
+    outcome.status = fj_kernel_create(context, program, desc, &kernel);
     if (outcome.status == FJ_SUCCESS) {
       fj_kernel_destroy(kernel);
     } else {
@@ -104,6 +110,11 @@ fj_status precompile(fj_context* context, const fj_program* program, const fj_ke
                      size_t count, const fj_precompile_options* user_options, fj_status* statuses) {
   if (program == nullptr || (descs == nullptr && count > 0)) {
     set_last_error(context, "program or descs is null");
+    return FJ_ERROR_INVALID_ARGUMENT;
+  }
+  if (count > 0 && descs->struct_size < kKernelDescOldestSize) {
+    set_last_error(context, fmt::format("descs->struct_size is {}, expected at least {}",
+                                        descs->struct_size, kKernelDescOldestSize));
     return FJ_ERROR_INVALID_ARGUMENT;
   }
   fj_precompile_options options{};

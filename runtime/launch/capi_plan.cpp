@@ -147,7 +147,8 @@ std::optional<Failure> create_plan(fj_kernel& kernel, const fj_plan_shape& s, fj
     return f;
   }
   // The decode kernel, compiled for the kernel's own architecture from its variant.
-  const size_t decode_smem = fj::paged_decode_smem_bytes(kernel.config.head_dim);
+  const size_t decode_smem =
+      fj::paged_decode_smem_bytes(kernel.config.head_dim, kernel.config.kv_fp8);
   auto decode =
       kernel.context->cache.get(decode_kernel_spec(*kernel.entry->variant, kernel.config));
   if (!decode) return compile_failure(decode.error());
@@ -301,7 +302,8 @@ std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a,
     decode.partial_lse = reinterpret_cast<float*>(plan.memory + plan.layout.partial_lse);
     decode.merge_counters = reinterpret_cast<int32_t*>(plan.memory + plan.layout.merge_counters);
     if (auto f = launch(*plan.decode_kernel, plan.decode_grid, 1, 1, fj::kDecodeThreads,
-                        fj::paged_decode_smem_bytes(kernel.config.head_dim), stream, &decode)) {
+                        fj::paged_decode_smem_bytes(kernel.config.head_dim, kernel.config.kv_fp8),
+                        stream, &decode)) {
       return f;
     }
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -88,6 +89,9 @@ namespace flexjit {
 void set_last_error(const fj_context* context, std::string message);
 
 // The selection a validated fj_kernel_desc names (mask or variant, score, defines).
+// fj_kernel_desc before kv_dtype (FJ_VERSION 0.8): the shortest struct_size accepted.
+inline constexpr size_t kKernelDescOldestSize = offsetof(fj_kernel_desc, kv_dtype);
+
 VariantSelection selection_of(const fj_kernel_desc& desc);
 
 // The lowered variant of a program (cached on the program).

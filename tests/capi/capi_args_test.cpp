@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -24,13 +25,15 @@ namespace {
 
 const char* const kStandard = FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask";
 
-// A context, the standard masks, a CPU paged kernel (`sliding`, head dim 128, page 16) and a CPU
-// encoder kernel, and the host buffers of one valid paged call (PagedBatch: one request of 4 new
-// tokens after 16 cached ones, 8 heads over 2 kv heads, a cache of 3 blocks).
+// A context, the standard masks, a CPU paged kernel (`sliding`, head dim 128, page 16), its twin
+// over an fp8 cache and a CPU encoder kernel, and the host buffers of one valid paged call
+// (PagedBatch: one request of 4 new tokens after 16 cached ones, 8 heads over 2 kv heads, a cache
+// of 3 blocks).
 struct Fixture {
   fj_context* context = nullptr;
   fj_program* program = nullptr;
   fj_kernel* paged = nullptr;
+  fj_kernel* paged_fp8 = nullptr;
   fj_kernel* encoder = nullptr;
   PagedBatch batch;
   fj_paged_attention_args& args = batch.args;
@@ -47,6 +50,8 @@ struct Fixture {
     fj_program_create_from_file(context, kStandard, &program);
     fj_kernel_desc desc = kernel_desc("sliding", 16);
     fj_kernel_create(context, program, &desc, &paged);
+    desc.kv_dtype = FJ_DTYPE_FP8_E4M3;
+    fj_kernel_create(context, program, &desc, &paged_fp8);
     desc = kernel_desc("sliding_sym", 0);
     fj_kernel_create(context, program, &desc, &encoder);
   }
@@ -74,6 +79,14 @@ struct Fixture {
   fj_status paged_call(const std::function<void(Fixture&)>& edit) {
     edit(*this);
     return fj_paged_attention(paged, &args, nullptr);
+  }
+
+  // fj_paged_attention's status for the valid call of the fp8 kernel (PagedBatch::use_fp8_cache)
+  // with `edit` applied.
+  fj_status fp8_call(const std::function<void(Fixture&)>& edit) {
+    batch.use_fp8_cache();
+    edit(*this);
+    return fj_paged_attention(paged_fp8, &args, nullptr);
   }
 
   // An encoder call over the same buffers: one sequence of 4 rows.
@@ -116,6 +129,17 @@ struct Fixture {
     w.k_stride_slot = w.v_stride_slot = 2 * 128;
     w.k_stride_head = w.v_stride_head = 128;
     w.device = FJ_DEVICE_CPU;
+    return w;
+  }
+
+  // cache_write() into an fp8 cache of the same shape in bytes, scales 1 per kv head.
+  fj_kv_cache_write_args cache_write_fp8() {
+    fj_kv_cache_write_args w = cache_write();
+    w.dtype = FJ_DTYPE_BF16;
+    w.cache_dtype = FJ_DTYPE_FP8_E4M3;
+    w.k_scale = batch.k_scale.get();
+    w.v_scale = batch.v_scale.get();
+    w.kv_scale_stride = 1;
     return w;
   }
 
@@ -360,6 +384,28 @@ std::vector<Row> table() {
        [](F& f) { return f.create([](fj_kernel_desc& d) { d.page_size = -16; }); }, kUnsupported},
       {"fj_kernel_create, page_size 2048",
        [](F& f) { return f.create([](fj_kernel_desc& d) { d.page_size = 2048; }); }, kUnsupported},
+      {"fj_kernel_create, kv_dtype 7",
+       [](F& f) {
+         return f.create([](fj_kernel_desc& d) { d.kv_dtype = static_cast<fj_dtype>(7); });
+       },
+       kUnsupported},
+      {"fj_kernel_create, kv_dtype -1",
+       [](F& f) {
+         return f.create([](fj_kernel_desc& d) { d.kv_dtype = static_cast<fj_dtype>(-1); });
+       },
+       kUnsupported},
+      {"fj_kernel_create, an fp16 cache for bf16 queries",
+       [](F& f) { return f.create([](fj_kernel_desc& d) { d.kv_dtype = FJ_DTYPE_FP16; }); },
+       kUnsupported},
+      {"fj_kernel_create, an fp8 cache with page_size 0",
+       [](F& f) {
+         return f.create([](fj_kernel_desc& d) {
+           d.mask = "sliding_sym";
+           d.page_size = 0;
+           d.kv_dtype = FJ_DTYPE_FP8_E4M3;
+         });
+       },
+       kUnsupported},
       {"fj_kernel_create, null defines",
        [](F& f) { return f.create([](fj_kernel_desc& d) { d.num_defines = 3; }); }, kInvalid},
       {"fj_kernel_create, a define with a null value",
@@ -501,6 +547,42 @@ std::vector<Row> table() {
        kInvalid},
       {"fj_paged_attention, an array count",
        [](F& f) { return f.paged_call([](F& g) { g.args.num_arrays = 2; }); }, kInvalid},
+      // An fp8 cache's scales and byte strides (0.8).
+      {"fj_paged_attention, an fp8 cache without k_scale",
+       [](F& f) { return f.fp8_call([](F& g) { g.args.k_scale = nullptr; }); }, kInvalid},
+      {"fj_paged_attention, an fp8 cache without v_scale",
+       [](F& f) { return f.fp8_call([](F& g) { g.args.v_scale = nullptr; }); }, kInvalid},
+      {"fj_paged_attention, an fp8 cache called with a 0.7 struct (no scales)",
+       [](F& f) {
+         return f.fp8_call(
+             [](F& g) { g.args.struct_size = offsetof(fj_paged_attention_args, k_scale); });
+       },
+       kInvalid},
+      {"fj_paged_attention, a negative kv_scale_stride",
+       [](F& f) { return f.fp8_call([](F& g) { g.args.kv_scale_stride = -1; }); }, kInvalid},
+      {"fj_paged_attention, a misaligned k_scale",
+       [](F& f) {
+         return f.fp8_call([](F& g) {
+           g.args.k_scale = reinterpret_cast<const float*>(
+               reinterpret_cast<const char*>(g.batch.k_scale.get()) + 2);
+         });
+       },
+       kInvalid},
+      {"fj_paged_attention, an fp8 k_stride_slot of 264 bytes",
+       [](F& f) { return f.fp8_call([](F& g) { g.args.k_stride_slot = 264; }); }, kInvalid},
+      {"fj_paged_attention, an fp8 v_stride_head of 8 bytes",
+       [](F& f) { return f.fp8_call([](F& g) { g.args.v_stride_head = 8; }); }, kInvalid},
+      {"fj_paged_attention, scales for a 16-bit cache",
+       [](F& f) {
+         return f.paged_call([](F& g) {
+           g.args.k_scale = g.batch.k_scale.get();
+           g.args.v_scale = g.batch.v_scale.get();
+         });
+       },
+       kInvalid},
+      {"fj_paged_attention, a v_scale alone for a 16-bit cache",
+       [](F& f) { return f.paged_call([](F& g) { g.args.v_scale = g.batch.v_scale.get(); }); },
+       kInvalid},
       // Encoder attention.
       {"fj_varlen_attention, null kernel",
        [](F& f) {
@@ -571,6 +653,55 @@ std::vector<Row> table() {
        [](F& f) {
          fj_kv_cache_write_args w = f.cache_write();
          w.slot_mapping = nullptr;
+         return fj_kv_cache_write(f.context, &w, nullptr);
+       },
+       kInvalid},
+      {"fj_kv_cache_write, cache_dtype 7",
+       [](F& f) {
+         fj_kv_cache_write_args w = f.cache_write_fp8();
+         w.cache_dtype = static_cast<fj_dtype>(7);
+         return fj_kv_cache_write(f.context, &w, nullptr);
+       },
+       kInvalid},
+      {"fj_kv_cache_write, an fp8 cache without k_scale",
+       [](F& f) {
+         fj_kv_cache_write_args w = f.cache_write_fp8();
+         w.k_scale = nullptr;
+         return fj_kv_cache_write(f.context, &w, nullptr);
+       },
+       kInvalid},
+      {"fj_kv_cache_write, an fp8 cache from inputs of dtype 0",
+       [](F& f) {
+         fj_kv_cache_write_args w = f.cache_write_fp8();
+         w.dtype = fj_dtype{};
+         return fj_kv_cache_write(f.context, &w, nullptr);
+       },
+       kInvalid},
+      {"fj_kv_cache_write, an fp8 cache from fp8 inputs",
+       [](F& f) {
+         fj_kv_cache_write_args w = f.cache_write_fp8();
+         w.dtype = FJ_DTYPE_FP8_E4M3;
+         return fj_kv_cache_write(f.context, &w, nullptr);
+       },
+       kInvalid},
+      {"fj_kv_cache_write, a negative kv_scale_stride",
+       [](F& f) {
+         fj_kv_cache_write_args w = f.cache_write_fp8();
+         w.kv_scale_stride = -4;
+         return fj_kv_cache_write(f.context, &w, nullptr);
+       },
+       kInvalid},
+      {"fj_kv_cache_write, an fp8 k_stride_slot of 264 bytes",
+       [](F& f) {
+         fj_kv_cache_write_args w = f.cache_write_fp8();
+         w.k_stride_slot = 264;
+         return fj_kv_cache_write(f.context, &w, nullptr);
+       },
+       kInvalid},
+      {"fj_kv_cache_write, scales for a 16-bit copy",
+       [](F& f) {
+         fj_kv_cache_write_args w = f.cache_write_fp8();
+         w.cache_dtype = fj_dtype{};
          return fj_kv_cache_write(f.context, &w, nullptr);
        },
        kInvalid},
@@ -700,6 +831,23 @@ TEST_CASE("every entry point rejects null and invalid arguments with a status an
     // Messages echo what they were given, but never a terminal's control bytes.
     CHECK(outcome.message.find('\x1b') == std::string::npos);
   }
+}
+
+// The fp8 rows above fail for their edits alone: the calls they edit succeed.
+TEST_CASE("the fp8 calls the table edits are valid", "[capi_args]") {
+  Fixture fixture;
+  REQUIRE(fixture.paged_fp8 != nullptr);
+  const fj_status attention = fixture.fp8_call([](Fixture&) {});
+  INFO("fj_paged_attention: " << fj_context_last_error(fixture.context));
+  CHECK(attention == FJ_SUCCESS);
+  const fj_kv_cache_write_args args = fixture.cache_write_fp8();
+  const fj_status write = fj_kv_cache_write(fixture.context, &args, nullptr);
+  INFO("fj_kv_cache_write: " << fj_context_last_error(fixture.context));
+  CHECK(write == FJ_SUCCESS);
+  for (fj_kernel* kernel : {fixture.paged, fixture.paged_fp8, fixture.encoder})
+    fj_kernel_destroy(kernel);
+  fj_program_destroy(fixture.program);
+  fj_context_destroy(fixture.context);
 }
 
 TEST_CASE("calls without a status to return degrade to a message", "[capi_args]") {

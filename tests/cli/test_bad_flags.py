@@ -50,7 +50,7 @@ COMPILE_ALL_BASE = ["compile", STANDARD, "--all", "--arch", "sm_80", "--head-dim
 OPTION_TABLE = [
     (RUN_BASE, ["--head-dim", "--page-size", "--heads", "--kv-heads", "--query-lens",
                 "--context-lens", "--iterations", "--seed", "--scale", "--layout", "--device",
-                "--dtype", "--set", "--mask", "-D"]),
+                "--dtype", "--kv-dtype", "--kv-scale", "--set", "--mask", "-D"]),
     (HINTS_BASE, ["--q-len", "--kv-len", "--tile", "--b", "--h", "--set", "--mask"]),
     (EMIT_BASE, ["--head-dim", "--page-size", "--dtype", "--arch", "--mask", "-D"]),
     (COMPILE_ALL_BASE, ["--jobs", "--head-dims", "--dtypes", "--page-sizes"]),
@@ -92,6 +92,10 @@ MUST_FAIL = [
     ("a NaN sink", RUN_BASE + ["--sinks", "nan"]),
     ("a +inf sink", RUN_BASE + ["--sinks", "0.5,inf"]),
     ("a sink that is no number", RUN_BASE + ["--sinks", "1,x"]),
+    ("an fp8 cache with --encoder", RUN_BASE[:4] + ["--encoder", "--kv-dtype", "fp8"]),
+    ("--kv-scale without an fp8 cache", RUN_BASE + ["--kv-scale", "tensor"]),
+    ("--kv-dtype of no cache type", RUN_BASE + ["--kv-dtype", "fp16"]),
+    ("--kv-scale of no scale mode", RUN_BASE + ["--kv-dtype", "fp8", "--kv-scale", "channel"]),
     ("-D chunk=0 divides by zero", ["ir", STANDARD, "--mask", "chunked", "-D", "chunk=0"]),
     ("-D chunk=0 in emit", EMIT_BASE[:2] + ["--mask", "chunked", "-D", "chunk=0"]),
     ("emit --arch banana", with_option(EMIT_BASE, "--arch", "banana")),
@@ -213,6 +217,8 @@ class BadFlagsTest(unittest.TestCase):
             (with_option(RUN_BASE, "--page-size", "0"), "--encoder"),
             (["ir", STANDARD, "--mask", "chunked", "-D", "chunk=0"], "division by zero"),
             (RUN_BASE[:4] + ["--encoder", "--context-lens", "5"], "drop --context-lens"),
+            (RUN_BASE[:4] + ["--encoder", "--kv-dtype", "fp8"], "--encoder reads 16-bit K/V"),
+            (RUN_BASE + ["--kv-scale", "head"], "add --kv-dtype fp8"),
         ]
         results = self.run_rows([(repr(args), args) for args, _ in cases])
         for args, words in cases:
@@ -253,6 +259,16 @@ class BadFlagsTest(unittest.TestCase):
         code, out, err, _, _ = invoke(RUN_BASE, self.env)
         self.assertEqual(code, 0, err)
         self.assertIn("PASS", out)
+
+    def test_an_fp8_cache_runs_with_either_scale_mode(self):
+        for scale in ("tensor", "head"):
+            with self.subTest(scale):
+                code, out, err, _, _ = invoke(
+                    RUN_BASE + ["--kv-dtype", "fp8", "--kv-scale", scale], self.env)
+                self.assertEqual(code, 0, err)
+                self.assertIn("_bf16_kvfp8_page16", out)
+                self.assertIn(f"fp8 e4m3 cache (scales per {scale})", out)
+                self.assertIn("PASS", out)
 
 
 if __name__ == "__main__":

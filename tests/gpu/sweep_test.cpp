@@ -1,7 +1,7 @@
 // [gpu] correctness sweep: a few hundred paged and encoder attention calls, each checked
 // against the float64 reference on random inputs (tools/check/paged_check), over masks x scores
-// x head dims x dtypes x page sizes x GQA groups x KV layouts x query-length mixes x launches x
-// attention sinks.
+// x head dims x dtypes (with fp8 K/V caches, per-tensor or per-kv-head scales, for paged calls)
+// x page sizes x GQA groups x KV layouts x query-length mixes x launches x attention sinks.
 // The full product is far too large; the configurations come from a seeded, deterministic
 // covering design instead: [sweep] holds every pair of values of any two axes at least once,
 // [sweep-reduced] every value of every axis (few enough for compute-sanitizer). Each distinct
@@ -91,7 +91,8 @@ const Space& paged_space() {
          "bidirectional"}},
        {"score", kScores},
        {"head_dim", kHeadDims},
-       {"dtype", kDtypes},
+       // q's dtype, and an fp8 (e4m3) cache's scales: one per tensor or one per kv head.
+       {"dtype", {"bf16", "fp16", "bf16_kvfp8_tensor", "fp16_kvfp8_head"}},
        {"page_size", {"16", "32", "64", "128", "256"}},
        {"gqa", kGroups},
        {"layout", {"NHD", "HND", "NHD_JOINT", "HND_JOINT", "NHD_2D"}},
@@ -386,7 +387,10 @@ SweepCase make_case(const Space& space, const Row& row, int index, uint64_t seed
   if (value(kMask) == "chunked") config.defines.push_back({"chunk", "96"});
   if (value(kScore) == "softcap") config.defines.push_back({"cap", "2.5"});
   config.head_dim = std::stoi(value(kHeadDim));
-  config.dtype = value(kDtype) == "bf16" ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
+  config.dtype = value(kDtype).starts_with("bf16") ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
+  config.kv_fp8 = value(kDtype).find("kvfp8") != std::string::npos;
+  config.kv_scale =
+      value(kDtype).ends_with("_tensor") ? flexjit::KvScale::Tensor : flexjit::KvScale::Head;
   config.page_size = space.contiguous ? 16 : std::stoi(value(kPageSize));
   std::tie(config.num_heads, config.num_kv_heads) = heads_of(value(kGroup));
   config.layout = layout_of(value(kLayout));
@@ -430,8 +434,9 @@ std::string kernel_key(const flexjit::PagedCheckConfig& config) {
   for (const auto& [name, value] : config.defines)
     defines += fmt::format(" -D {}={}", name, value);
   return fmt::format(
-      "{}{}{}{} hd{} {} {}", config.mask, config.score.empty() ? "" : " with ", config.score,
+      "{}{}{}{} hd{} {}{} {}", config.mask, config.score.empty() ? "" : " with ", config.score,
       defines, config.head_dim, config.dtype == FJ_DTYPE_BF16 ? "bf16" : "fp16",
+      config.kv_fp8 ? " kvfp8" : "",
       config.contiguous ? std::string("contiguous") : fmt::format("page{}", config.page_size));
 }
 
@@ -455,6 +460,10 @@ std::string describe(const SweepCase& sweep_case) {
       config.head_dim, config.dtype == FJ_DTYPE_BF16 ? "bf16" : "fp16", config.num_heads,
       config.num_kv_heads, fmt::join(config.query_lens, ","), sweep_case.window, config.seed);
   if (!config.sinks.empty()) command += fmt::format(" --sinks {}", fmt::join(config.sinks, ","));
+  if (config.kv_fp8) {
+    command += fmt::format(" --kv-dtype fp8 --kv-scale {}",
+                           config.kv_scale == flexjit::KvScale::Tensor ? "tensor" : "head");
+  }
   const std::string& layout = sweep_case.space->axes[kLayout].values[sweep_case.row[kLayout]];
   if (config.contiguous) {
     command += " --encoder";

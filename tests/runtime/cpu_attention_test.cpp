@@ -2,8 +2,9 @@
 // with arch "cpu" on paged_check's inputs: shuffled block tables with huge garbage past each
 // sequence, NaN in every cache slot no request owns, poisoned outputs. A seeded sweep over
 // masks x scores x head dims x dtypes x page sizes x GQA groups x KV layouts x query mixes,
-// the encoder path, rows with no visible key, block tables shorter than the sequence, and
-// results that do not depend on the number of threads.
+// the encoder path, rows with no visible key, block tables shorter than the sequence, results
+// that do not depend on the number of threads, and fp8 (e4m3) caches with the conversions they
+// are read and written with.
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -18,12 +19,15 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "check/cpu_check.h"
 #include "check/paged_check.h"
 #include "check/reference.h"
 #include "cpu/cpu_attention.h"
+#include "cpu/float16.h"
+#include "fj_ops.cuh"
 #include "flexjit/flexjit.h"
 #include "flexjit/internal/supported.h"
 #include "launch/handles.h"
@@ -81,9 +85,12 @@ std::string describe(const flexjit::PagedCheckConfig& config) {
   for (const auto& [name, value] : config.defines)
     defines += fmt::format(" -D {}={}", name, value);
   return fmt::format(
-      "{}{}{}{} hd{} {} {} heads {}/{} {} query_lens [{}] context_lens [{}] window {} seed {}",
+      "{}{}{}{} hd{} {}{} {} heads {}/{} {} query_lens [{}] context_lens [{}] window {} seed {}",
       config.mask, config.score.empty() ? "" : " with ", config.score, defines, config.head_dim,
       config.dtype == FJ_DTYPE_BF16 ? "bf16" : "fp16",
+      !config.kv_fp8                                ? ""
+      : config.kv_scale == flexjit::KvScale::Tensor ? " kvfp8 (scale per tensor)"
+                                                    : " kvfp8 (scales per kv head)",
       config.contiguous ? std::string("contiguous") : fmt::format("page{}", config.page_size),
       config.num_heads, config.num_kv_heads, layout_name(config.layout),
       fmt::join(config.query_lens, ","), fmt::join(config.context_lens, ","),
@@ -103,14 +110,14 @@ bool correct(const flexjit::PagedCheckConfig& config, const flexjit::PagedCheckR
   INFO(fmt::format(
       "{}: rel err {:.3e} (tolerance {:.0e}), bad {}, empty rows wrong {}, lse err "
       "{:.3e}, visible pairs {}",
-      report.kernel_name, report.relative_error, flexjit::relative_error_tolerance(config.dtype),
+      report.kernel_name, report.relative_error, flexjit::relative_error_tolerance(config),
       report.bad_outputs, report.empty_rows_wrong, report.lse_max_abs_error, report.visible_pairs));
   CHECK(report.bad_outputs == 0);
   CHECK(report.empty_rows_wrong == 0);
-  CHECK(report.relative_error <= flexjit::relative_error_tolerance(config.dtype));
+  CHECK(report.relative_error <= flexjit::relative_error_tolerance(config));
   CHECK(report.lse_max_abs_error <= 2e-2);
   return report.bad_outputs == 0 && report.empty_rows_wrong == 0 &&
-         report.relative_error <= flexjit::relative_error_tolerance(config.dtype) &&
+         report.relative_error <= flexjit::relative_error_tolerance(config) &&
          report.lse_max_abs_error <= 2e-2;
 }
 
@@ -232,7 +239,7 @@ void run_sweep(const char* name, const std::vector<flexjit::PagedCheckConfig>& c
     const flexjit::PagedCheckReport report = check(config);
     failed += !correct(config, report);
     visible += report.visible_pairs;
-    const double ratio = report.relative_error / flexjit::relative_error_tolerance(config.dtype);
+    const double ratio = report.relative_error / flexjit::relative_error_tolerance(config);
     if (ratio >= worst[config.dtype].first) worst[config.dtype] = {ratio, static_cast<int>(i)};
     worst_lse = std::max(worst_lse, report.lse_max_abs_error);
   }
@@ -496,6 +503,266 @@ TEST_CASE("CPU attention is deterministic whatever the thread count", "[cpu]") {
   flexjit::compare_paged_outputs(config, batch, reference, outs[0], lses[0], report);
   correct(config, report);
   fj_kernel_destroy(kernel);
+}
+
+// An fp8 (e4m3) cache: the CPU backend reads each byte as fj::e4m3_to_float times its kv head's
+// k_scale or v_scale; the reference computes on the same dequantized values.
+TEST_CASE("CPU: an fp8 cache matches the reference on its dequantized values", "[cpu][fp8]") {
+  struct Case {
+    const char* mask;
+    const char* score;
+    std::vector<std::pair<std::string, std::string>> defines;
+    int head_dim;
+  };
+  // Causal and sliding (Full tiles and kv ranges), a score with a softcap that bends, and a mask
+  // reading an array (document ids).
+  const std::vector<Case> cases = {{"causal", "", {}, 128},
+                                   {"sliding", "", {}, 64},
+                                   {"causal", "softcap", {{"cap", "2.5"}}, 80},
+                                   {"document", "", {}, 256}};
+  const Case& c = cases[GENERATE(range(0, 4))];
+  flexjit::PagedCheckConfig config;
+  config.mask = c.mask;
+  config.score = c.score;
+  config.defines = c.defines;
+  config.head_dim = c.head_dim;
+  config.kv_fp8 = true;
+  config.kv_scale = GENERATE(flexjit::KvScale::Tensor, flexjit::KvScale::Head);
+  config.dtype = GENERATE(FJ_DTYPE_BF16, FJ_DTYPE_FP16);
+  config.page_size = GENERATE(16, 64);
+  config.layout = GENERATE(flexjit::KvLayout::NHD, flexjit::KvLayout::HND);
+  config.num_heads = 8;
+  config.num_kv_heads = 2;
+  config.query_lens = {1, 7, 130};
+  config.context_lens = {300, 60, 0};
+  config.params = params_with_window(100);
+  config.seed = 21;
+  const flexjit::PagedCheckReport report = check(config);
+  CHECK(report.kernel_name.find("_kvfp8_page") != std::string::npos);
+  CHECK(report.visible_pairs > 0);
+  correct(config, report);
+}
+
+TEST_CASE("CPU: an fp8 cache in the joint layouts", "[cpu][fp8]") {
+  flexjit::PagedCheckConfig config;
+  config.mask = "causal";
+  config.head_dim = 96;
+  config.kv_fp8 = true;
+  config.layout = GENERATE(flexjit::KvLayout::NHD_JOINT, flexjit::KvLayout::HND_JOINT,
+                           flexjit::KvLayout::NHD_2D);
+  config.num_heads = 6;
+  config.num_kv_heads = 3;
+  config.query_lens = {1, 70};
+  config.context_lens = {200, 30};
+  config.params = params_with_window(0);
+  correct(config, check(config));
+}
+
+TEST_CASE("CPU: attention sinks over an fp8 cache", "[cpu][fp8]") {
+  flexjit::PagedCheckConfig config;
+  config.mask = GENERATE("causal", "sliding");
+  config.kv_fp8 = true;
+  config.kv_scale = GENERATE(flexjit::KvScale::Tensor, flexjit::KvScale::Head);
+  config.num_heads = 6;
+  config.num_kv_heads = 2;
+  config.head_dim = 64;
+  config.query_lens = {1, 90, 33};
+  config.context_lens = {300, 17, 0};
+  config.params = params_with_window(GENERATE(50, -3));  // -3: rows see no key, only the sink
+  config.sinks = {0.5f, 3.0f, -std::numeric_limits<float>::infinity(), 6.0f, -2.0f, 1.0f};
+  INFO(describe(config));
+  correct(config, check(config));
+}
+
+// The fp8 checks' inputs: every owned element a finite byte worth its dequantized value, bytes
+// spread from subnormals (and zero) to 448 with none clipped, NaN in the slots no request owns.
+TEST_CASE("fp8 check inputs span the e4m3 range", "[cpu][fp8]") {
+  flexjit::PagedCheckConfig config;
+  config.mask = "causal";
+  config.kv_fp8 = true;
+  config.kv_scale = GENERATE(flexjit::KvScale::Tensor, flexjit::KvScale::Head);
+  config.num_heads = 4;
+  config.num_kv_heads = 4;
+  config.query_lens = {64, 1};
+  config.context_lens = {500, 200};
+  auto inputs = flexjit::make_paged_inputs(config);
+  REQUIRE(inputs.ok());
+  const bool per_head = config.kv_scale == flexjit::KvScale::Head;
+  REQUIRE(inputs->kv_fp8());
+  CHECK(inputs->k_bits.empty());
+  CHECK(inputs->k_scale.size() == (per_head ? 4u : 1u));
+  CHECK(inputs->v_scale.size() == inputs->k_scale.size());
+  CHECK(inputs->kv_scale_stride == (per_head ? 1 : 0));
+  for (const std::vector<float>* scales : {&inputs->k_scale, &inputs->v_scale})
+    for (const float scale : *scales)
+      CHECK((scale > 0.0f && std::isfinite(scale)));
+  const flexjit::HostPagedBatch& batch = inputs->batch;
+  const int64_t d = config.head_dim;
+  int64_t owned = 0, zeros = 0, subnormals = 0, large = 0, wrong = 0, unowned_wrong = 0;
+  std::vector<bool> seen(256, false);
+  for (const auto& [bytes, cache, scales] :
+       {std::tuple{&inputs->k_fp8, &batch.k, &inputs->k_scale},
+        std::tuple{&inputs->v_fp8, &batch.v, &inputs->v_scale}}) {
+    REQUIRE(bytes->size() == cache->values.size());
+    for (size_t i = 0; i < bytes->size(); ++i) {
+      const uint32_t byte = (*bytes)[i];
+      if (std::isnan(cache->values[i])) {  // no request's
+        unowned_wrong += byte != 0x7f;
+        continue;
+      }
+      ++owned;
+      seen[byte] = true;
+      const uint32_t magnitude = byte & 0x7f;
+      zeros += magnitude == 0;
+      subnormals += magnitude > 0 && magnitude < 8;
+      large += magnitude >= 0x78;                                             // 256 or more
+      const int64_t head = static_cast<int64_t>(i) % cache->stride_slot / d;  // NHD
+      const float want = fj::e4m3_to_float(byte) * (*scales)[head * inputs->kv_scale_stride];
+      wrong += magnitude == 0x7f || cache->values[i] != want;
+    }
+  }
+  CHECK(owned == 2 * (564 + 201) * 4 * d);
+  CHECK(wrong == 0);
+  CHECK(unowned_wrong == 0);
+  CHECK(zeros > 0);
+  CHECK(subnormals > 0);
+  CHECK(large > 0);
+  // Of the 254 finite bytes, those the normal part's far tail (200 to 240) hardly reaches may be
+  // missing.
+  CHECK(std::count(seen.begin(), seen.end(), true) >= 240);
+}
+
+namespace {
+
+// The value of e4m3 bits by the format's definition (OCP 8-bit floating point, E4M3: bias 7,
+// subnormals m/8 * 2^-6, S.1111.111 NaN, no infinities), written apart from fj::e4m3_to_float.
+double e4m3_by_definition(uint32_t byte) {
+  const double sign = (byte & 0x80) != 0 ? -1.0 : 1.0;
+  const int exponent = (byte >> 3) & 15;
+  const int mantissa = byte & 7;
+  if (exponent == 15 && mantissa == 7) return std::numeric_limits<double>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(mantissa / 8.0, -6);
+  return sign * std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+}
+
+// The byte e4m3_from_float must give for `x` (not NaN), by brute force: the nearest of the finite
+// values, ties to the even byte (the even mantissa), magnitudes past 448 saturated to 448.
+uint32_t e4m3_nearest(double x) {
+  const double magnitude = std::min(std::abs(x), 448.0);
+  uint32_t best = 0;
+  for (uint32_t byte = 1; byte <= 0x7e; ++byte) {
+    const double distance = std::abs(e4m3_by_definition(byte) - magnitude);
+    const double best_distance = std::abs(e4m3_by_definition(best) - magnitude);
+    if (distance < best_distance || (distance == best_distance && byte % 2 == 0)) best = byte;
+  }
+  return (std::signbit(x) ? 0x80u : 0u) | best;
+}
+
+float float_of_bits(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+}  // namespace
+
+TEST_CASE("e4m3_to_float gives every byte its value by the format's definition", "[fp8]") {
+  for (uint32_t byte = 0; byte < 256; ++byte) {
+    INFO("byte " << byte);
+    const double want = e4m3_by_definition(byte);
+    const float got = fj::e4m3_to_float(byte);
+    if (std::isnan(want)) {
+      CHECK(std::isnan(got));
+      continue;
+    }
+    CHECK(got == want);
+    CHECK(std::signbit(got) == std::signbit(want));  // 0x80 is -0
+  }
+  CHECK(fj::e4m3_to_float(0x7e) == fj::kE4m3Max);
+  CHECK(fj::e4m3_to_float(0x38) == 1.0f);
+  CHECK(fj::e4m3_to_float(0x01) == 0x1p-9f);
+  CHECK(fj::e4m3_to_float(0x08) == 0x1p-6f);
+  CHECK(fj::e4m3_to_float(0xfe) == -448.0f);
+}
+
+TEST_CASE("every finite e4m3 byte round-trips through float", "[fp8]") {
+  for (uint32_t byte = 0; byte < 256; ++byte) {
+    if ((byte & 0x7f) == 0x7f) continue;  // NaN
+    INFO("byte " << byte);
+    CHECK(fj::e4m3_from_float(fj::e4m3_to_float(byte)) == byte);
+  }
+}
+
+TEST_CASE("e4m3_from_float rounds to nearest, ties to even", "[fp8]") {
+  // Halfway between two neighbours goes to the even byte; a float step either side, to the
+  // nearer one (also across an exponent, 0x07/0x08 and 0x0f/0x10, and between 0 and 2^-9).
+  for (const uint32_t sign : {0u, 0x80u}) {
+    for (uint32_t byte = sign; byte < sign + 0x7e; ++byte) {
+      INFO("between bytes " << byte << " and " << byte + 1);
+      const float low = fj::e4m3_to_float(byte);
+      const float high = fj::e4m3_to_float(byte + 1);
+      const float tie = 0.5f * (low + high);
+      CHECK(fj::e4m3_from_float(tie) == (byte % 2 == 0 ? byte : byte + 1));
+      CHECK(fj::e4m3_from_float(std::nextafter(tie, low)) == byte);
+      CHECK(fj::e4m3_from_float(std::nextafter(tie, high)) == byte + 1);
+    }
+  }
+  CHECK(fj::e4m3_from_float(17.0f) == 0x58);  // 16 and 18: to 16
+  CHECK(fj::e4m3_from_float(19.0f) == 0x5a);  // 18 and 20: to 20
+  CHECK(fj::e4m3_from_float(-1.0625f) == 0xb8);
+}
+
+TEST_CASE("e4m3_from_float matches the nearest e4m3 for every bf16 and fp16 value", "[fp8]") {
+  int64_t checked = 0, wrong = 0;
+  const auto check_value = [&](float x) {
+    ++checked;
+    const uint32_t got = fj::e4m3_from_float(x);
+    if (std::isnan(x)) {
+      wrong += (got & 0x7f) != 0x7f || (got >> 7) != (std::signbit(x) ? 1u : 0u);
+    } else if (got != e4m3_nearest(x)) {
+      if (wrong++ < 10)
+        UNSCOPED_INFO(fmt::format("{:a} gives {:#x}, want {:#x}", x, got, e4m3_nearest(x)));
+    }
+  };
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    check_value(float_of_bits(bits << 16));  // bf16
+    check_value(flexjit::from_bits(static_cast<uint16_t>(bits), FJ_DTYPE_FP16));
+  }
+  // float32s of every exponent with random mantissas: rounding just off the halfway points.
+  std::mt19937_64 rng(8);
+  for (int i = 0; i < 1000000; ++i)
+    check_value(float_of_bits(static_cast<uint32_t>(rng())));
+  CHECK(checked == 2 * 65536 + 1000000);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("e4m3_from_float saturates to 448 and keeps NaN", "[fp8]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float x : {448.0f, 448.001f, 464.0f, 480.0f, 1e6f, 3.4e38f, inf}) {
+    INFO(x);
+    CHECK(fj::e4m3_from_float(x) == 0x7e);
+    CHECK(fj::e4m3_from_float(-x) == 0xfe);
+  }
+  CHECK(fj::e4m3_from_float(std::numeric_limits<float>::quiet_NaN()) == 0x7f);
+  CHECK(fj::e4m3_from_float(-std::numeric_limits<float>::quiet_NaN()) == 0xff);
+  CHECK(fj::e4m3_from_float(float_of_bits(0x7f800001u)) == 0x7f);  // signalling
+  CHECK(std::isnan(fj::e4m3_to_float(0x7f)));
+  CHECK(std::isnan(fj::e4m3_to_float(0xff)));
+}
+
+TEST_CASE("e4m3_from_float rounds into the subnormals in steps of 2^-9", "[fp8]") {
+  CHECK(fj::e4m3_from_float(0x1p-9f) == 0x01);
+  CHECK(fj::e4m3_from_float(0x3p-9f) == 0x03);
+  CHECK(fj::e4m3_from_float(0x7p-9f) == 0x07);
+  CHECK(fj::e4m3_from_float(0x1p-6f) == 0x08);   // the smallest normal
+  CHECK(fj::e4m3_from_float(0x1p-10f) == 0x00);  // halfway to 2^-9: to 0
+  CHECK(fj::e4m3_from_float(0x3p-10f) == 0x02);  // halfway between 1 and 2 steps: to 2
+  CHECK(fj::e4m3_from_float(0xfp-10f) == 0x08);  // halfway between 7 steps and 2^-6: to 2^-6
+  CHECK(fj::e4m3_from_float(0x1.2p-10f) == 0x01);
+  CHECK(fj::e4m3_from_float(0x1p-12f) == 0x00);
+  CHECK(fj::e4m3_from_float(-0x1p-12f) == 0x80);
+  CHECK(fj::e4m3_from_float(std::numeric_limits<float>::denorm_min()) == 0x00);
+  CHECK(fj::e4m3_from_float(-0.0f) == 0x80);
 }
 
 TEST_CASE("the CPU thread pool runs every index once and passes exceptions on", "[cpu]") {

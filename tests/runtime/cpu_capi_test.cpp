@@ -1,6 +1,7 @@
 // The C API's CPU device (arch "cpu", FJ_DEVICE_CPU): kernel names, the checks a CPU launch
-// shares with the GPU path and those only the host can make, and fj_kv_cache_write and
-// fj_merge_states on host memory against a float64 computation.
+// shares with the GPU path and those only the host can make, an fp8 cache's scales, and
+// fj_kv_cache_write (16-bit and fp8) and fj_merge_states on host memory against a float64
+// computation.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "check/check_support.h"
+#include "check/ops_check.h"
 #include "cpu_paged_batch.h"
 #include "flexjit/flexjit.h"
 #include "merge_states_check.h"
@@ -36,7 +38,8 @@ struct Context {
   std::string error() const { return fj_context_last_error(context); }
 };
 
-fj_kernel* cpu_kernel(const Context& c, const char* mask, int page_size) {
+fj_kernel* cpu_kernel(const Context& c, const char* mask, int page_size,
+                      fj_dtype kv_dtype = fj_dtype{}) {
   fj_kernel_desc desc{};
   desc.struct_size = sizeof(desc);
   desc.mask = mask;
@@ -44,6 +47,7 @@ fj_kernel* cpu_kernel(const Context& c, const char* mask, int page_size) {
   desc.dtype = FJ_DTYPE_BF16;
   desc.page_size = page_size;
   desc.arch = "cpu";
+  desc.kv_dtype = kv_dtype;
   fj_kernel* kernel = nullptr;
   REQUIRE(fj_kernel_create(c.context, c.program, &desc, &kernel) == FJ_SUCCESS);
   return kernel;
@@ -60,6 +64,15 @@ TEST_CASE("CPU kernels are named after the device and need no CUDA", "[cpu]") {
   CHECK(std::string(name) == "cpu_prefill_sliding_hd128_bf16_page16");
   REQUIRE(fj_kernel_name(encoder, &name) == FJ_SUCCESS);
   CHECK(std::string(name) == "cpu_encoder_sliding_sym_hd128_bf16");
+  // An fp8 cache is named after q's dtype; a kv_dtype equal to the dtype is the 16-bit kernel.
+  fj_kernel* fp8 = cpu_kernel(c, "sliding", 16, FJ_DTYPE_FP8_E4M3);
+  REQUIRE(fj_kernel_name(fp8, &name) == FJ_SUCCESS);
+  CHECK(std::string(name) == "cpu_prefill_sliding_hd128_bf16_kvfp8_page16");
+  fj_kernel* same = cpu_kernel(c, "sliding", 16, FJ_DTYPE_BF16);
+  REQUIRE(fj_kernel_name(same, &name) == FJ_SUCCESS);
+  CHECK(std::string(name) == "cpu_prefill_sliding_hd128_bf16_page16");
+  fj_kernel_destroy(fp8);
+  fj_kernel_destroy(same);
   // The encoder and paged entry points are not interchangeable.
   fj_varlen_attention_args varlen{};
   varlen.struct_size = sizeof(varlen);
@@ -82,6 +95,48 @@ TEST_CASE("a CPU launch computes on host memory, ignoring the stream", "[cpu]") 
   const float want_lse = 0.5f * 128 / std::sqrt(128.0f) + std::log(8.0f);
   for (int i = 0; i < 4 * 8; ++i)
     CHECK(batch.lse.get()[i] == Approx(want_lse).epsilon(1e-5));
+  fj_kernel_destroy(kernel);
+}
+
+TEST_CASE("a CPU launch over an fp8 cache scales each kv head's values", "[cpu][fp8]") {
+  Context c;
+  fj_kernel* kernel = cpu_kernel(c, "sliding", 16, FJ_DTYPE_FP8_E4M3);
+  // Every key has the same K (0.5 times k_scale), so the softmax is uniform over the window's 8
+  // keys and out is V (1.0 times v_scale) of the head's kv head: heads 0-3 read kv head 0.
+  const auto run = [&](float k0, float k1, float v0, float v1, int32_t stride) {
+    PagedBatch batch;
+    batch.use_fp8_cache();
+    batch.k_scale.get()[0] = k0;
+    batch.k_scale.get()[1] = k1;
+    batch.v_scale.get()[0] = v0;
+    batch.v_scale.get()[1] = v1;
+    batch.args.kv_scale_stride = stride;
+    REQUIRE(fj_paged_attention(kernel, &batch.args, nullptr) == FJ_SUCCESS);
+    return batch;
+  };
+  const auto expect = [](const PagedBatch& batch, int head, uint16_t out, float k_scale) {
+    INFO("head " << head);
+    for (int token = 0; token < 4; ++token) {
+      for (int d = 0; d < 128; ++d)
+        REQUIRE(batch.out.get()[(token * 8 + head) * 128 + d] == out);
+      const float want_lse = k_scale * 0.5f * 128 / std::sqrt(128.0f) + std::log(8.0f);
+      CHECK(batch.lse.get()[token * 8 + head] == Approx(want_lse).epsilon(1e-5));
+    }
+  };
+  const PagedBatch unit = run(1.0f, 1.0f, 1.0f, 1.0f, 1);
+  for (int head = 0; head < 8; ++head)
+    expect(unit, head, 0x3f80, 1.0f);  // as the 16-bit cache of the same values
+  const PagedBatch per_head = run(1.0f, 4.0f, 2.0f, 0.25f, 1);
+  for (int head = 0; head < 8; ++head) {
+    if (head < 4) {
+      expect(per_head, head, 0x4000, 1.0f);  // 2.0
+    } else {
+      expect(per_head, head, 0x3e80, 4.0f);  // 0.25
+    }
+  }
+  const PagedBatch per_tensor = run(4.0f, 1.0f, 2.0f, 0.25f, 0);  // element 0 for every head
+  for (int head = 0; head < 8; ++head)
+    expect(per_tensor, head, 0x4000, 4.0f);
   fj_kernel_destroy(kernel);
 }
 
@@ -218,6 +273,81 @@ TEST_CASE("fj_kv_cache_write on the CPU skips padding and out-of-range slots", "
   args.struct_size = sizeof(args);
   args.head_dim = 60;
   CHECK(fj_kv_cache_write(c.context, &args, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("fj_kv_cache_write on the CPU quantizes into an fp8 cache", "[cpu][fp8]") {
+  // Bytes worked out by hand from the e4m3 format: k_scale 0.5, v_scale 4, one kv head of 16.
+  Context c;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> inputs = {1.0f, -3.0f, 1000.0f, 0.0f,   -0.0f, 0x1p-12f, nan,  inf,
+                                     8.5f, 9.5f,  0.1875f, 224.0f, 0.0f,  0.0f,     0.0f, 0.0f};
+  // x / 0.5: 2, -6, 2000 (saturates), 0, -0, 2^-11 (to 0), NaN, inf (saturates), 17 (a tie: 16),
+  // 19 (a tie: 20), 0.375, 448.
+  const std::vector<uint8_t> want_k = {0x40, 0xcc, 0x7e, 0x00, 0x80, 0x00, 0x7f, 0x7e,
+                                       0x58, 0x5a, 0x2c, 0x7e, 0x00, 0x00, 0x00, 0x00};
+  // x / 4: 0.25, -0.75, 250 (to 256), 0, -0, 2^-14 (to 0), NaN, inf, 2.125 (a tie: 2), 2.375 (a
+  // tie: 2.5), 0.046875 (1.5 * 2^-5), 56.
+  const std::vector<uint8_t> want_v = {0x28, 0xb4, 0x78, 0x00, 0x80, 0x00, 0x7f, 0x7e,
+                                       0x40, 0x42, 0x14, 0x66, 0x00, 0x00, 0x00, 0x00};
+  Buffer<uint16_t> key(16);
+  for (int i = 0; i < 16; ++i)
+    key.get()[i] = flexjit::to_bits(inputs[i], FJ_DTYPE_BF16);
+  Buffer<uint8_t> k_cache(2 * 16 * 16, 0xab), v_cache(2 * 16 * 16, 0xab);
+  Buffer<int64_t> mapping(1, 17);  // block 1, slot 1
+  Buffer<float> k_scale(1, 0.5f), v_scale(1, 4.0f);
+  fj_kv_cache_write_args args{};
+  args.struct_size = sizeof(args);
+  args.key = args.value = key.get();
+  args.k_cache = k_cache.get();
+  args.v_cache = v_cache.get();
+  args.slot_mapping = mapping.get();
+  args.num_tokens = 1;
+  args.num_kv_heads = 1;
+  args.head_dim = 16;
+  args.page_size = 16;
+  args.num_blocks = 2;
+  args.key_stride_token = args.value_stride_token = 16;
+  args.key_stride_head = args.value_stride_head = 16;
+  args.k_stride_block = args.v_stride_block = 16 * 16;
+  args.k_stride_slot = args.v_stride_slot = 16;
+  args.k_stride_head = args.v_stride_head = 16;
+  args.device = FJ_DEVICE_CPU;
+  args.dtype = FJ_DTYPE_BF16;
+  args.cache_dtype = FJ_DTYPE_FP8_E4M3;
+  args.k_scale = k_scale.get();
+  args.v_scale = v_scale.get();
+  REQUIRE(fj_kv_cache_write(c.context, &args, nullptr) == FJ_SUCCESS);
+  for (int i = 0; i < 2 * 16 * 16; ++i) {
+    INFO("cache byte " << i);
+    const bool written = i >= 17 * 16 && i < 18 * 16;
+    CHECK(k_cache.get()[i] == (written ? want_k[i - 17 * 16] : 0xab));
+    CHECK(v_cache.get()[i] == (written ? want_v[i - 17 * 16] : 0xab));
+  }
+}
+
+TEST_CASE("fj_kv_cache_write on the CPU matches e4m3_from_float bit for bit", "[cpu][fp8]") {
+  Context c;
+  flexjit::KvCacheWriteCheckConfig config;
+  config.device = FJ_DEVICE_CPU;
+  config.fp8 = true;
+  config.dtype = GENERATE(FJ_DTYPE_BF16, FJ_DTYPE_FP16);
+  config.kv_scale = GENERATE(flexjit::KvScale::Tensor, flexjit::KvScale::Head);
+  config.layout = GENERATE(flexjit::KvLayout::NHD, flexjit::KvLayout::HND);
+  config.head_dim = 64;
+  config.num_tokens = 200;
+  config.num_blocks = 20;
+  auto report = flexjit::run_kv_cache_write_check(c.context, config);
+  INFO((report ? std::string() : report.error().message));
+  REQUIRE(report.ok());
+  CHECK(report->written_rows > 0);
+  CHECK(report->skipped_tokens > 0);
+  CHECK(report->wrong_elements == 0);
+  // The 16-bit copy through the same check.
+  config.fp8 = false;
+  report = flexjit::run_kv_cache_write_check(c.context, config);
+  REQUIRE(report.ok());
+  CHECK(report->wrong_elements == 0);
 }
 
 TEST_CASE("fj_merge_states on the CPU merges by LSE and keeps empty rows empty", "[cpu]") {

@@ -35,8 +35,23 @@ struct PagedBatch {
   Buffer<uint16_t> v{3 * 16 * 2 * 128, 0x3f80};
   Buffer<float> lse{4 * 8, 0.0f};
   Buffer<int32_t> qsl{2}, seq_lens{1}, table{4};
+  Buffer<float> k_scale{2, 1.0f}, v_scale{2, 1.0f};  // use_fp8_cache's, one per kv head
   int32_t window = 8;
   fj_paged_attention_args args{};
+
+  // Makes the call one for a kernel of an fp8 cache (kv_dtype FJ_DTYPE_FP8_E4M3): the caches'
+  // bytes become e4m3 K = 0.5 (0x30) and V = 1.0 (0x38) at the same shape in bytes (so the call
+  // computes what the 16-bit one does), with scales 1 per kv head.
+  void use_fp8_cache() {
+    std::fill(k.get(), k.get() + 3 * 16 * 2 * 128, uint16_t{0x3030});
+    std::fill(v.get(), v.get() + 3 * 16 * 2 * 128, uint16_t{0x3838});
+    args.k_stride_block = args.v_stride_block = 16 * 2 * 128;
+    args.k_stride_slot = args.v_stride_slot = 2 * 128;
+    args.k_stride_head = args.v_stride_head = 128;
+    args.k_scale = k_scale.get();
+    args.v_scale = v_scale.get();
+    args.kv_scale_stride = 1;
+  }
 
   PagedBatch() {
     qsl.get()[0] = 0;

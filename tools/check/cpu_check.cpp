@@ -64,9 +64,10 @@ Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* p
   outputs.kernel_name = name;
 
   const int64_t rows = int64_t{batch.num_tokens()} * batch.num_heads;
-  const HostBuffer q = copy_of(inputs.q_bits), k = copy_of(inputs.k_bits),
-                   v = copy_of(inputs.v_bits), qsl = copy_of(batch.query_start_loc),
-                   seq_lens = copy_of(batch.seq_lens), table = copy_of(batch.block_table);
+  const HostBuffer q = copy_of(inputs.q_bits), k(inputs.k_cache(), inputs.k_cache_bytes()),
+                   v(inputs.v_cache(), inputs.v_cache_bytes()),
+                   qsl = copy_of(batch.query_start_loc), seq_lens = copy_of(batch.seq_lens),
+                   table = copy_of(batch.block_table);
   const HostBuffer out(rows * batch.head_dim * 2, 0xff), lse(rows * sizeof(float), 0xff);
   std::vector<HostBuffer> array_buffers;
   std::vector<fj_array> arrays;
@@ -80,6 +81,8 @@ Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* p
                  seq_lens.get(), table.get(), arrays);
   paged.bad_index = config.check_bounds ? outputs.bad_index : nullptr;
   paged.sinks = batch.sinks.empty() ? nullptr : batch.sinks.data();
+  paged.k_scale = inputs.k_scale.empty() ? nullptr : inputs.k_scale.data();
+  paged.v_scale = inputs.v_scale.empty() ? nullptr : inputs.v_scale.data();
   // The encoder call: K/V rows are the reference's one-token blocks (make_paged_inputs).
   fj_varlen_attention_args varlen = varlen_args(paged, batch);
 

@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "check/check_support.h"
 #include "check/paged_inputs.h"
+#include "fj_ops.cuh"
 #include "launch/cuda_driver.h"
 
 namespace flexjit {
@@ -35,9 +38,13 @@ Result<bool> synchronize(const cuda::DriverApi& api) {
 
 Result<KvCacheWriteCheckReport> run_kv_cache_write_check(fj_context* context,
                                                          const KvCacheWriteCheckConfig& config) {
-  auto api_result = ready_driver();
-  if (!api_result) return api_result.error();
-  const cuda::DriverApi& api = **api_result;
+  const bool cpu = config.device == FJ_DEVICE_CPU;
+  const cuda::DriverApi* api = nullptr;
+  if (!cpu) {
+    auto api_result = ready_driver();
+    if (!api_result) return api_result.error();
+    api = *api_result;
+  }
   std::mt19937_64 rng(config.seed);
 
   const int64_t d = config.head_dim;
@@ -48,9 +55,48 @@ Result<KvCacheWriteCheckReport> run_kv_cache_write_check(fj_context* context,
   const int64_t row_stride = hk * d + 8;
   std::uniform_int_distribution<int> bits(0, 0xffff);
   std::vector<uint16_t> key(config.num_tokens * row_stride), value(key.size());
-  for (size_t i = 0; i < key.size(); ++i) {
-    key[i] = static_cast<uint16_t>(bits(rng));
-    value[i] = static_cast<uint16_t>(bits(rng));
+  std::vector<float> k_scale, v_scale;
+  if (!config.fp8) {
+    for (size_t i = 0; i < key.size(); ++i) {
+      key[i] = static_cast<uint16_t>(bits(rng));
+      value[i] = static_cast<uint16_t>(bits(rng));
+    }
+  } else {
+    // Scales of 2^-8 to 2^-4: every other kv head's (and the tensor's) a power of two times a
+    // factor in [1, 2), the others' exactly a power of two.
+    const int count = config.kv_scale == KvScale::Head ? config.num_kv_heads : 1;
+    std::uniform_int_distribution<int> exponent(-8, -5);
+    std::uniform_real_distribution<float> factor(1.0f, 2.0f);
+    for (std::vector<float>* scales : {&k_scale, &v_scale}) {
+      for (int h = 0; h < count; ++h) {
+        const float power = std::ldexp(1.0f, exponent(rng));
+        scales->push_back(h % 2 == 0 && count > 1 ? power : power * factor(rng));
+      }
+    }
+    std::uniform_int_distribution<int> kind(0, 3);
+    std::uniform_int_distribution<uint32_t> below_max(0, 0x7d);  // a finite byte and the next
+    std::normal_distribution<float> around(0.0f, 96.0f);
+    const auto input = [&](float scale) -> uint16_t {
+      switch (kind(rng)) {
+        case 0:
+          return static_cast<uint16_t>(bits(rng));
+        case 1: {  // halfway between two e4m3 values, either sign
+          const uint32_t byte = below_max(rng) | (bits(rng) & 0x80u);
+          const float tie = 0.5f * (fj::e4m3_to_float(byte) + fj::e4m3_to_float(byte + 1));
+          return to_bits(tie * scale, config.dtype);
+        }
+        default:  // about the e4m3 range, a few past 448
+          return to_bits(around(rng) * scale, config.dtype);
+      }
+    };
+    const int64_t stride = config.kv_scale == KvScale::Head ? 1 : 0;
+    for (int64_t t = 0; t < config.num_tokens; ++t) {
+      for (int64_t i = 0; i < row_stride; ++i) {
+        const int64_t h = std::min(i / d, hk - 1);
+        key[t * row_stride + i] = input(k_scale[h * stride]);
+        value[t * row_stride + i] = input(v_scale[h * stride]);
+      }
+    }
   }
   // Distinct valid slots, with every fifth token padding (-1) and every seventh past the cache.
   std::vector<int64_t> slots(num_slots);
@@ -76,8 +122,20 @@ Result<KvCacheWriteCheckReport> run_kv_cache_write_check(fj_context* context,
     stride_head = page * d;
     stride_slot = d;
   }
-  const uint16_t poison = 0xabcd;
-  std::vector<uint16_t> want_k(num_slots * hk * d, poison), want_v(want_k.size(), poison);
+  // Caches as elements widened to 16 bits (an fp8 cache's bytes are widened on download).
+  const uint16_t poison = config.fp8 ? 0xab : 0xabcd;
+  const size_t element_bytes = config.fp8 ? 1 : 2;
+  const size_t cache_elements = num_slots * hk * d;
+  std::vector<uint16_t> want_k(cache_elements, poison), want_v(cache_elements, poison);
+  // Elements whose input is NaN: any e4m3 NaN will do.
+  std::vector<bool> nan_k(config.fp8 ? cache_elements : 0), nan_v(nan_k.size());
+  const fj_dtype input_dtype = config.dtype;
+  const auto stored = [&](uint16_t x, float scale, bool& nan) -> uint16_t {
+    if (!config.fp8) return x;
+    const float input = from_bits(x, input_dtype);
+    nan = std::isnan(input);
+    return static_cast<uint16_t>(fj::e4m3_from_float(input / scale));
+  };
   std::vector<bool> slot_taken(num_slots, false);
   for (int t = 0; t < config.num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
@@ -91,30 +149,24 @@ Result<KvCacheWriteCheckReport> run_kv_cache_write_check(fj_context* context,
       ++report.written_rows;
       const int64_t base =
           (slot / page) * stride_block + (slot % page) * stride_slot + h * stride_head;
+      const int64_t scale = config.kv_scale == KvScale::Head ? h : 0;
       for (int64_t i = 0; i < d; ++i) {
-        want_k[base + i] = key[t * row_stride + h * d + i];
-        want_v[base + i] = value[t * row_stride + h * d + i];
+        bool k_nan = false, v_nan = false;
+        want_k[base + i] =
+            stored(key[t * row_stride + h * d + i], config.fp8 ? k_scale[scale] : 1.0f, k_nan);
+        want_v[base + i] =
+            stored(value[t * row_stride + h * d + i], config.fp8 ? v_scale[scale] : 1.0f, v_nan);
+        if (config.fp8) {
+          nan_k[base + i] = k_nan;
+          nan_v[base + i] = v_nan;
+        }
       }
     }
   }
 
-  const std::vector<uint16_t> poisoned(want_k.size(), poison);
-  DeviceBuffer key_buffer(api), value_buffer(api), k_cache(api), v_cache(api), mapping(api);
-  for (auto status : {key_buffer.upload(key.data(), key.size() * 2),
-                      value_buffer.upload(value.data(), value.size() * 2),
-                      k_cache.upload(poisoned.data(), poisoned.size() * 2),
-                      v_cache.upload(poisoned.data(), poisoned.size() * 2),
-                      mapping.upload(slot_mapping.data(), slot_mapping.size() * 8)}) {
-    if (!status) return status.error();
-  }
-
   fj_kv_cache_write_args args{};
   args.struct_size = sizeof(args);
-  args.key = key_buffer.get();
-  args.value = value_buffer.get();
-  args.k_cache = k_cache.get();
-  args.v_cache = v_cache.get();
-  args.slot_mapping = static_cast<const int64_t*>(mapping.get());
+  args.slot_mapping = slot_mapping.data();
   args.num_tokens = config.num_tokens;
   args.num_kv_heads = config.num_kv_heads;
   args.head_dim = config.head_dim;
@@ -125,16 +177,68 @@ Result<KvCacheWriteCheckReport> run_kv_cache_write_check(fj_context* context,
   args.k_stride_block = args.v_stride_block = stride_block;
   args.k_stride_slot = args.v_stride_slot = stride_slot;
   args.k_stride_head = args.v_stride_head = stride_head;
-  if (fj_kv_cache_write(context, &args, nullptr) != FJ_SUCCESS) {
-    return Error{fj_context_last_error(context)};
+  args.device = config.device;
+  if (config.fp8) {
+    args.dtype = config.dtype;
+    args.cache_dtype = FJ_DTYPE_FP8_E4M3;
+    args.k_scale = k_scale.data();
+    args.v_scale = v_scale.data();
+    args.kv_scale_stride = config.kv_scale == KvScale::Head ? 1 : 0;
   }
-  if (auto status = synchronize(api); !status) return status.error();
+  const std::vector<uint8_t> poisoned = [&] {
+    std::vector<uint8_t> bytes(cache_elements * element_bytes);
+    for (size_t i = 0; i < cache_elements; ++i)
+      std::memcpy(bytes.data() + i * element_bytes, &poison, element_bytes);  // little-endian
+    return bytes;
+  }();
+  std::vector<uint8_t> got_k = poisoned, got_v = poisoned;
+  if (cpu) {
+    args.key = key.data();
+    args.value = value.data();
+    args.k_cache = got_k.data();
+    args.v_cache = got_v.data();
+    if (fj_kv_cache_write(context, &args, nullptr) != FJ_SUCCESS) {
+      return Error{fj_context_last_error(context)};
+    }
+  } else {
+    DeviceBuffer key_buffer(*api), value_buffer(*api), k_cache(*api), v_cache(*api), mapping(*api),
+        k_scales(*api), v_scales(*api);
+    for (auto status : {key_buffer.upload(key.data(), key.size() * 2),
+                        value_buffer.upload(value.data(), value.size() * 2),
+                        k_cache.upload(poisoned.data(), poisoned.size()),
+                        v_cache.upload(poisoned.data(), poisoned.size()),
+                        mapping.upload(slot_mapping.data(), slot_mapping.size() * 8)}) {
+      if (!status) return status.error();
+    }
+    auto device_k_scale = upload_optional(k_scales, k_scale);
+    if (!device_k_scale) return device_k_scale.error();
+    auto device_v_scale = upload_optional(v_scales, v_scale);
+    if (!device_v_scale) return device_v_scale.error();
+    args.key = key_buffer.get();
+    args.value = value_buffer.get();
+    args.k_cache = k_cache.get();
+    args.v_cache = v_cache.get();
+    args.slot_mapping = static_cast<const int64_t*>(mapping.get());
+    args.k_scale = *device_k_scale;
+    args.v_scale = *device_v_scale;
+    if (fj_kv_cache_write(context, &args, nullptr) != FJ_SUCCESS) {
+      return Error{fj_context_last_error(context)};
+    }
+    if (auto status = synchronize(*api); !status) return status.error();
+    for (auto status : {k_cache.download(got_k.data(), got_k.size()),
+                        v_cache.download(got_v.data(), got_v.size())}) {
+      if (!status) return status.error();
+    }
+  }
 
-  std::vector<uint16_t> got(want_k.size());
-  for (auto [cache, want] : {std::pair{&k_cache, &want_k}, std::pair{&v_cache, &want_v}}) {
-    if (auto status = cache->download(got.data(), got.size() * 2); !status) return status.error();
-    for (size_t i = 0; i < got.size(); ++i)
-      report.wrong_elements += got[i] != (*want)[i];
+  for (auto [got, want, nan] :
+       {std::tuple{&got_k, &want_k, &nan_k}, std::tuple{&got_v, &want_v, &nan_v}}) {
+    for (size_t i = 0; i < cache_elements; ++i) {
+      uint16_t element = 0;
+      std::memcpy(&element, got->data() + i * element_bytes, element_bytes);
+      const bool either_nan = config.fp8 && (*nan)[i] && (element & 0x7f) == 0x7f;
+      report.wrong_elements += element != (*want)[i] && !either_nan;
+    }
   }
   return report;
 }

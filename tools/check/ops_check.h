@@ -17,6 +17,12 @@ struct KvCacheWriteCheckConfig {
   int page_size = 16;
   int num_blocks = 9;
   KvLayout layout = KvLayout::NHD;
+  // An fp8 (e4m3) cache (fj_kv_cache_write_args.cache_dtype FJ_DTYPE_FP8_E4M3) written from
+  // `dtype` inputs with random scales, kv_scale of them; else a 16-bit copy (dtype unused).
+  bool fp8 = false;
+  fj_dtype dtype = FJ_DTYPE_BF16;
+  KvScale kv_scale = KvScale::Head;
+  fj_device device = FJ_DEVICE_CUDA;  // FJ_DEVICE_CPU: host memory, no GPU needed
   uint64_t seed = 1;
 };
 
@@ -27,7 +33,13 @@ struct KvCacheWriteCheckReport {
 };
 
 // Random keys and values with strided rows, a slot mapping holding -1 and out-of-range slots,
-// caches filled with a poison pattern; every cache element is compared after the write.
+// caches filled with a poison pattern; every cache element is compared after the write. A
+// 16-bit cache must hold a copy of the inputs' bits; an fp8 cache fj::e4m3_from_float(x / scale)
+// of each input x computed on the host, bit for bit (a NaN input's byte may be either e4m3 NaN:
+// the sign of a NaN quotient is not defined). The fp8 inputs mix random bits (zeros, subnormals,
+// infinities, NaN, values far past 448 and far below the smallest subnormal) with values around
+// the e4m3 range, and ties between two e4m3 values, which the power-of-two scales of every
+// other kv head keep exact.
 Result<KvCacheWriteCheckReport> run_kv_cache_write_check(fj_context* context,
                                                          const KvCacheWriteCheckConfig& config);
 

@@ -155,12 +155,12 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   const int64_t rows = int64_t{batch.num_tokens()} * batch.num_heads;
   const size_t out_bytes = rows * batch.head_dim * 2;
   DeviceBuffer q(api), k(api), v(api), out(api), lse(api), qsl(api), seq_lens(api), table(api),
-      bad_index(api), sinks(api);
+      bad_index(api), sinks(api), k_scale(api), v_scale(api);
   for (auto status : {
            q.upload(inputs->q_bits.data(), inputs->q_bits.size() * 2),
-           k.upload(inputs->k_bits.data(), inputs->k_bits.size() * 2),
+           k.upload(inputs->k_cache(), inputs->k_cache_bytes()),
            inputs->v_offset >= 0 ? Result<bool>(true)
-                                 : v.upload(inputs->v_bits.data(), inputs->v_bits.size() * 2),
+                                 : v.upload(inputs->v_cache(), inputs->v_cache_bytes()),
            out.fill(out_bytes, 0xff),
            lse.fill(rows * sizeof(float), 0xff),
            qsl.upload(batch.query_start_loc.data(), batch.query_start_loc.size() * 4),
@@ -183,6 +183,12 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
   auto device_sinks = upload_optional(sinks, batch.sinks);
   if (!device_sinks) return device_sinks.error();
   paged.sinks = *device_sinks;
+  auto device_k_scale = upload_optional(k_scale, inputs->k_scale);
+  if (!device_k_scale) return device_k_scale.error();
+  paged.k_scale = *device_k_scale;
+  auto device_v_scale = upload_optional(v_scale, inputs->v_scale);
+  if (!device_v_scale) return device_v_scale.error();
+  paged.v_scale = *device_v_scale;
 
   // The encoder call: K/V rows are the cache's one-token blocks (see make_inputs).
   const fj_varlen_attention_args varlen = varlen_args(paged, batch);
@@ -299,6 +305,9 @@ Result<std::vector<PagedCheckReport>> run_graph_replay_check(
   std::vector<PagedCheckConfig> steps = steps_in;
   for (const PagedCheckConfig& step : steps) {
     if (step.contiguous) return Error{"graph replays are for paged kernels"};
+    if (step.kv_fp8 != steps_in[0].kv_fp8 || step.kv_scale != steps_in[0].kv_scale) {
+      return Error{"the steps of a graph replay share the K/V cache's dtype and scales"};
+    }
     if (step.query_lens.size() != step.context_lens.size()) {
       return Error{"query_lens and context_lens must be of equal length"};
     }
@@ -338,8 +347,8 @@ Result<std::vector<PagedCheckReport>> run_graph_replay_check(
     max_blocks = std::max(max_blocks, batch.max_blocks_per_req);
     table_stride = std::max(table_stride, batch.block_table_stride);
     q_bytes = std::max(q_bytes, inputs.back().q_bits.size() * 2);
-    k_bytes = std::max(k_bytes, inputs.back().k_bits.size() * 2);
-    v_bytes = std::max(v_bytes, inputs.back().v_bits.size() * 2);
+    k_bytes = std::max(k_bytes, inputs.back().k_cache_bytes());
+    v_bytes = std::max(v_bytes, inputs.back().v_cache_bytes());
     rows = std::max(rows, static_cast<size_t>(batch.num_tokens()) * batch.num_heads);
     reqs = std::max(reqs, static_cast<size_t>(batch.num_reqs()));
   }
@@ -371,12 +380,15 @@ Result<std::vector<PagedCheckReport>> run_graph_replay_check(
     return cu_context.error();
   }
   const size_t head_dim = first.head_dim;
+  // The steps share the fp8 scales' count (one, or one per kv head); each writes its own.
+  const size_t scale_bytes = inputs[0].k_scale.size() * sizeof(float);
   DeviceBuffer q(api), k(api), v(api), out(api), lse(api), qsl(api), seq_lens(api), table(api),
-      workspace(api), sinks(api);
+      workspace(api), sinks(api), k_scale(api), v_scale(api);
   for (auto status :
        {q.fill(q_bytes, 0), k.fill(k_bytes, 0), v.fill(v_bytes, 0),
         out.fill(rows * head_dim * 2, 0xff), lse.fill(rows * 4, 0xff), qsl.fill((reqs + 1) * 4, 0),
-        seq_lens.fill(reqs * 4, 0), table.fill(table_bytes, 0)}) {
+        seq_lens.fill(reqs * 4, 0), table.fill(table_bytes, 0), k_scale.fill(scale_bytes, 0),
+        v_scale.fill(scale_bytes, 0)}) {
     if (!status) return status.error();
   }
   std::deque<DeviceBuffer> array_buffers;  // a deque: buffers neither copy nor move
@@ -392,6 +404,10 @@ Result<std::vector<PagedCheckReport>> run_graph_replay_check(
   auto device_sinks = upload_optional(sinks, inputs[0].batch.sinks);  // the steps share heads
   if (!device_sinks) return device_sinks.error();
   paged.sinks = *device_sinks;
+  if (inputs[0].kv_fp8()) {
+    paged.k_scale = static_cast<const float*>(k_scale.get());
+    paged.v_scale = static_cast<const float*>(v_scale.get());
+  }
   fj_plan_shape shape{};
   shape.struct_size = sizeof(shape);
   for (const PagedInputs& in : inputs) {
@@ -436,13 +452,15 @@ Result<std::vector<PagedCheckReport>> run_graph_replay_check(
     const HostPagedBatch& batch = in.batch;
     const size_t step_rows = static_cast<size_t>(batch.num_tokens()) * batch.num_heads;
     const std::vector<uint8_t> poison(rows * head_dim * 2, 0xff);
-    for (auto status : {q.write(in.q_bits.data(), in.q_bits.size() * 2),
-                        k.write(in.k_bits.data(), in.k_bits.size() * 2),
-                        v.write(in.v_bits.data(), in.v_bits.size() * 2),
-                        out.write(poison.data(), poison.size()), lse.write(poison.data(), rows * 4),
-                        qsl.write(batch.query_start_loc.data(), batch.query_start_loc.size() * 4),
-                        seq_lens.write(batch.seq_lens.data(), batch.seq_lens.size() * 4),
-                        table.write(batch.block_table.data(), batch.block_table.size() * 4)}) {
+    for (auto status :
+         {q.write(in.q_bits.data(), in.q_bits.size() * 2),
+          k.write(in.k_cache(), in.k_cache_bytes()), v.write(in.v_cache(), in.v_cache_bytes()),
+          k_scale.write(in.k_scale.data(), in.k_scale.size() * sizeof(float)),
+          v_scale.write(in.v_scale.data(), in.v_scale.size() * sizeof(float)),
+          out.write(poison.data(), poison.size()), lse.write(poison.data(), rows * 4),
+          qsl.write(batch.query_start_loc.data(), batch.query_start_loc.size() * 4),
+          seq_lens.write(batch.seq_lens.data(), batch.seq_lens.size() * 4),
+          table.write(batch.block_table.data(), batch.block_table.size() * 4)}) {
       if (!status) return status.error();
     }
     if (fj_plan_update(plan.get(), batch.query_start_loc.data(), batch.seq_lens.data(),

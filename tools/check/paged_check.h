@@ -18,7 +18,8 @@ Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* 
 // The CUDA-graph contract of fj_plan (flexjit.h): one plan and one graph, captured once, then
 // for each step its batch written into the same device buffers, the plan updated from the
 // step's lengths and the graph replayed; each step's output is checked as run_paged_check
-// does. The steps share mask, dtype, head dim, page size, heads and layout; their arrays must
+// does. The steps share mask, dtype, K/V cache dtype and scale mode, head dim, page size, heads
+// and layout (each step's fp8 scales are written with its cache); their arrays must
 // have one shape (give them explicitly, or none to get random ones shaped for the largest
 // step). Requires a CUDA device.
 Result<std::vector<PagedCheckReport>> run_graph_replay_check(

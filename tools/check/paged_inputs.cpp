@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "check/check_support.h"
+#include "fj_ops.cuh"
 
 namespace flexjit {
 
@@ -49,6 +50,7 @@ Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64&
         std::max(max_blocks, (batch.seq_lens.back() + config.page_size - 1) / config.page_size);
   }
   if (config.contiguous) {
+    if (config.kv_fp8) return Error{"an fp8 K/V cache is paged: contiguous K/V is 16-bit"};
     // The reference reads contiguous rows as a cache of one-token pages whose table maps key
     // j of sequence r to row cu_seqlens[r] + j.
     for (int r = 0; r < num_reqs; ++r) {
@@ -130,8 +132,38 @@ Result<PagedInputs> make_inputs(const PagedCheckConfig& config, std::mt19937_64&
   return fill_values(config, num_blocks, rng, inputs);
 }
 
+// An fp8 cache's content before scaling: e4m3 values spread over the format, none past 448 (so
+// none saturates): most normal with deviation 48, one in 16 tiny (subnormals below 2^-6, zeros
+// below 2^-10), one in 32 large (240 to 448).
+class QuantizedValues {
+ public:
+  float operator()(std::mt19937_64& rng) {
+    const float kind = unit_(rng);
+    const float sign = unit_(rng) < 0.5f ? -1.0f : 1.0f;
+    if (kind < 1.0f / 16) return sign * std::exp2(-11.0f + 6.0f * unit_(rng));
+    if (kind < 3.0f / 32) return sign * (240.0f + (fj::kE4m3Max - 240.0f) * unit_(rng));
+    return std::clamp(normal_(rng), -fj::kE4m3Max, fj::kE4m3Max);
+  }
+
+ private:
+  std::uniform_real_distribution<float> unit_{0.0f, 1.0f};
+  std::normal_distribution<float> normal_{0.0f, 48.0f};
+};
+
+// Random positive scales of an fp8 cache, one or one per kv head: 1/48 times a factor in
+// [1/2, 2), so that the dequantized values are about unit normal, as the 16-bit checks' are.
+std::vector<float> random_scales(int count, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> exponent(-1.0f, 1.0f);
+  std::vector<float> scales;
+  for (int i = 0; i < count; ++i)
+    scales.push_back(std::exp2(exponent(rng)) / 48.0f);
+  return scales;
+}
+
 // Random q and K/V values of every key a request owns; every other cache element is NaN, so a
-// kernel that reads one shows it in its output.
+// kernel that reads one shows it in its output. An fp8 cache holds values x = y * scale, y from
+// QuantizedValues, stored as fj_kv_cache_write does (e4m3_from_float(x / scale)); the reference
+// reads e4m3_to_float(byte) * scale.
 Result<PagedInputs> fill_values(const PagedCheckConfig& config, int num_blocks,
                                 std::mt19937_64& rng, PagedInputs& inputs) {
   HostPagedBatch& batch = inputs.batch;
@@ -143,24 +175,53 @@ Result<PagedInputs> fill_values(const PagedCheckConfig& config, int num_blocks,
   const int64_t cache_elems = num_blocks * batch.k.stride_block;
   const uint16_t nan = nan_bits(config.dtype);
   const bool joint = inputs.v_offset >= 0;
-  inputs.k_bits.assign(cache_elems, nan);
-  inputs.v_bits.assign(joint ? 0 : cache_elems, nan);
+  const bool fp8 = config.kv_fp8;
+  constexpr uint8_t kE4m3Nan = 0x7f;
+  if (fp8) {
+    const int scales = config.kv_scale == KvScale::Head ? config.num_kv_heads : 1;
+    inputs.kv_scale_stride = config.kv_scale == KvScale::Head ? 1 : 0;
+    inputs.k_scale = random_scales(scales, rng);
+    inputs.v_scale = random_scales(scales, rng);
+    inputs.k_fp8.assign(cache_elems, kE4m3Nan);
+    inputs.v_fp8.assign(joint ? 0 : cache_elems, kE4m3Nan);
+  } else {
+    inputs.k_bits.assign(cache_elems, nan);
+    inputs.v_bits.assign(joint ? 0 : cache_elems, nan);
+  }
   batch.k.values.assign(cache_elems, std::numeric_limits<float>::quiet_NaN());
   batch.v.values.assign(joint ? 0 : cache_elems, std::numeric_limits<float>::quiet_NaN());
   // A joint layout writes V into K's buffer; the reference then reads V from a copy of that
   // buffer shifted by v_offset, through the same strides.
-  uint16_t* v_bits = joint ? inputs.k_bits.data() + inputs.v_offset : inputs.v_bits.data();
+  uint16_t* k_bits = inputs.k_bits.data();
+  uint16_t* v_bits = fp8 ? nullptr : joint ? k_bits + inputs.v_offset : inputs.v_bits.data();
+  uint8_t* k_fp8 = inputs.k_fp8.data();
+  uint8_t* v_fp8 = !fp8 ? nullptr : joint ? k_fp8 + inputs.v_offset : inputs.v_fp8.data();
   float* v_values = joint ? batch.k.values.data() + inputs.v_offset : batch.v.values.data();
+  QuantizedValues quantized;
+  // Stores x / scale as e4m3 and returns the value the byte stands for.
+  const auto quantize = [](float x, float scale, uint8_t& byte) {
+    byte = static_cast<uint8_t>(fj::e4m3_from_float(x / scale));
+    return fj::e4m3_to_float(byte) * scale;
+  };
   for (int r = 0; r < num_reqs; ++r) {
     for (int key = 0; key < batch.seq_lens[r]; ++key) {
       const int64_t block = batch.block_table[r * batch.block_table_stride + key / page];
       for (int64_t h = 0; h < hk; ++h) {
         const int64_t base = block * batch.k.stride_block + (key % page) * batch.k.stride_slot +
                              h * batch.k.stride_head;
+        if (fp8) {
+          const float k_scale = inputs.k_scale[h * inputs.kv_scale_stride];
+          const float v_scale = inputs.v_scale[h * inputs.kv_scale_stride];
+          for (int64_t i = 0; i < d; ++i) {
+            batch.k.values[base + i] = quantize(quantized(rng) * k_scale, k_scale, k_fp8[base + i]);
+            v_values[base + i] = quantize(quantized(rng) * v_scale, v_scale, v_fp8[base + i]);
+          }
+          continue;
+        }
         for (int64_t i = 0; i < d; ++i) {
-          inputs.k_bits[base + i] = to_bits(normal(rng), config.dtype);
+          k_bits[base + i] = to_bits(normal(rng), config.dtype);
           v_bits[base + i] = to_bits(normal(rng), config.dtype);
-          batch.k.values[base + i] = from_bits(inputs.k_bits[base + i], config.dtype);
+          batch.k.values[base + i] = from_bits(k_bits[base + i], config.dtype);
           v_values[base + i] = from_bits(v_bits[base + i], config.dtype);
         }
       }
@@ -236,7 +297,8 @@ fj_paged_attention_args paged_args(const HostPagedBatch& batch, const PagedInput
   paged.out = out;
   paged.k_cache = k;
   paged.v_cache = inputs.v_offset >= 0
-                      ? static_cast<const void*>(static_cast<const uint16_t*>(k) + inputs.v_offset)
+                      ? static_cast<const void*>(static_cast<const char*>(k) +
+                                                 inputs.v_offset * inputs.cache_element_bytes())
                       : v;
   paged.query_start_loc = static_cast<const int32_t*>(qsl);
   paged.seq_lens = static_cast<const int32_t*>(seq_lens);
@@ -268,6 +330,7 @@ fj_paged_attention_args paged_args(const HostPagedBatch& batch, const PagedInput
   paged.num_params = static_cast<int32_t>(batch.params.size());
   paged.arrays = arrays.data();
   paged.num_arrays = static_cast<int32_t>(arrays.size());
+  paged.kv_scale_stride = inputs.kv_scale_stride;
   return paged;
 }
 
@@ -307,6 +370,10 @@ fj_varlen_attention_args varlen_args(const fj_paged_attention_args& paged,
 
 double relative_error_tolerance(fj_dtype dtype) {
   return dtype == FJ_DTYPE_BF16 ? 1e-2 : 2e-3;
+}
+
+double relative_error_tolerance(const PagedCheckConfig& config) {
+  return relative_error_tolerance(config.kv_fp8 ? FJ_DTYPE_BF16 : config.dtype);
 }
 
 std::vector<float> random_sinks(int num_heads, uint64_t seed) {
@@ -380,6 +447,7 @@ fj_kernel_desc kernel_desc(const PagedCheckConfig& config, std::vector<fj_define
   desc.dtype = config.dtype;
   desc.page_size = config.contiguous ? 0 : config.page_size;
   desc.arch = config.arch.empty() ? nullptr : config.arch.c_str();
+  if (config.kv_fp8) desc.kv_dtype = FJ_DTYPE_FP8_E4M3;
   return desc;
 }
 

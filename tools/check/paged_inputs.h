@@ -23,6 +23,10 @@ namespace flexjit {
 // head's K row followed by its V row).
 enum class KvLayout { NHD, HND, NHD_JOINT, HND_JOINT, NHD_2D };
 
+// The scales of an fp8 K/V cache (fj_paged_attention_args.kv_scale_stride): one per tensor
+// (stride 0) or one per kv head (stride 1).
+enum class KvScale { Tensor, Head };
+
 // How a paged check launches: fj_paged_attention, or through a plan (fj_plan_update then
 // fj_plan_run), or a plan's run captured once in a CUDA graph and replayed.
 enum class PagedLaunch { Direct, Planned, Graph };
@@ -35,6 +39,11 @@ struct PagedCheckConfig {
   // 0 and page_size/layout are ignored.
   bool contiguous = false;
   fj_dtype dtype = FJ_DTYPE_BF16;
+  // An fp8 (e4m3) K/V cache (fj_kernel_desc::kv_dtype FJ_DTYPE_FP8_E4M3; paged only): random K/V
+  // quantized into it with random positive scales, kv_scale of them; the reference reads the
+  // dequantized values. q and out stay `dtype`.
+  bool kv_fp8 = false;
+  KvScale kv_scale = KvScale::Head;
   int head_dim = 128;
   float scale = 0.0f;  // the softmax scale; 0: 1 / sqrt(head_dim), as in the C API
   int page_size = 16;
@@ -79,14 +88,32 @@ struct PagedCheckReport {
   int64_t cpu_mismatched_non_finite = 0;
 };
 
-// A check's inputs on the host: what the reference reads (values rounded to the dtype) and the
-// 16-bit bits a launch gets.
+// A check's inputs on the host: what the reference reads (values rounded to the dtype, or an fp8
+// cache's dequantized values) and the bits a launch gets.
 struct PagedInputs {
   HostPagedBatch batch;
   std::vector<uint16_t> q_bits, k_bits, v_bits;
-  // Joint layouts: K and V share k_bits (v_bits stays empty) and V's element 0 is this many
-  // elements after K's; -1 while V has a buffer of its own.
+  // An fp8 cache (PagedCheckConfig.kv_fp8): its e4m3 bytes instead of k_bits and v_bits, and the
+  // float32 scales of the launch (one, or one per kv head: kv_scale_stride 0 or 1).
+  std::vector<uint8_t> k_fp8, v_fp8;
+  std::vector<float> k_scale, v_scale;
+  int32_t kv_scale_stride = 0;
+  // Joint layouts: K and V share k_bits (or k_fp8; v_bits or v_fp8 stays empty) and V's element 0
+  // is this many elements after K's; -1 while V has a buffer of its own.
   int64_t v_offset = -1;
+
+  bool kv_fp8() const { return !k_scale.empty(); }
+  // Bytes of one cache element: 1 for fp8, else 2.
+  int cache_element_bytes() const { return kv_fp8() ? 1 : 2; }
+  // The K and V cache buffers a launch copies, whatever their element.
+  const void* k_cache() const {
+    return kv_fp8() ? static_cast<const void*>(k_fp8.data()) : k_bits.data();
+  }
+  const void* v_cache() const {
+    return kv_fp8() ? static_cast<const void*>(v_fp8.data()) : v_bits.data();
+  }
+  size_t k_cache_bytes() const { return kv_fp8() ? k_fp8.size() : k_bits.size() * 2; }
+  size_t v_cache_bytes() const { return kv_fp8() ? v_fp8.size() : v_bits.size() * 2; }
 };
 
 // The inputs run_paged_check makes for `config` (whose arrays must be given): the same config
@@ -100,7 +127,8 @@ void compare_paged_outputs(const PagedCheckConfig& config, const HostPagedBatch&
                            const std::vector<float>& lse, PagedCheckReport& report);
 
 // The paged call's arguments over buffers (device or host) holding `inputs`' batch, V at
-// v_offset elements into the K buffer for joint layouts; bad_index and workspace null.
+// v_offset elements into the K buffer for joint layouts; bad_index, workspace, sinks and the fp8
+// scales null (kv_scale_stride set).
 fj_paged_attention_args paged_args(const HostPagedBatch& batch, const PagedInputs& inputs, void* q,
                                    void* out, void* k, void* v, void* lse, void* qsl,
                                    void* seq_lens, void* table,
@@ -134,5 +162,7 @@ fj_kernel_desc kernel_desc(const PagedCheckConfig& config, std::vector<fj_define
 // The tolerance docs/architecture.md#targets sets for the relative error: 1e-2 for bf16, 2e-3 for
 // fp16.
 double relative_error_tolerance(fj_dtype dtype);
+// A check's: its dtype's, or bf16's for an fp8 cache whatever the dtype of q.
+double relative_error_tolerance(const PagedCheckConfig& config);
 
 }  // namespace flexjit

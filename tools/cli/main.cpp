@@ -774,15 +774,18 @@ struct RunOptions {
   std::string query_lens = "1,7,300";
   std::string context_lens = "511,64,0";
   std::string layout = "nhd";
-  bool encoder = false;       // contiguous K/V (fj_varlen_attention); context lengths are 0
-  bool check_bounds = false;  // report the first out-of-range array read
-  std::string sinks;          // attention sink logits (validate.h's parse_sinks)
+  std::string kv_dtype = "auto";  // the cache's element: "auto" (the dtype) or "fp8" (e4m3)
+  std::string kv_scale = "head";  // an fp8 cache's scales: one per "tensor" or per kv "head"
+  bool encoder = false;           // contiguous K/V (fj_varlen_attention); context lengths are 0
+  bool check_bounds = false;      // report the first out-of-range array read
+  std::string sinks;              // attention sink logits (validate.h's parse_sinks)
   uint64_t seed = 1;
   int iterations = 20;
   float scale = 0.0f;               // softmax scale; 0: 1 / sqrt(head dim)
   std::string device;               // "cuda" or "cpu"; empty: cuda when a GPU is usable, else cpu
   bool page_size_given = false;     // --page-size was on the command line
   bool context_lens_given = false;  // --context-lens was on the command line
+  bool kv_scale_given = false;      // --kv-scale was on the command line
 };
 
 int command_run(const std::string& path, RunOptions& options) {
@@ -802,6 +805,8 @@ int command_run(const std::string& path, RunOptions& options) {
       .iterations = options.iterations,
       .scale = options.scale,
       .sinks = options.sinks,
+      .kv_fp8 = options.kv_dtype == "fp8",
+      .kv_scale_given = options.kv_scale_given,
   });
   if (!batch) return report_error(batch.error());
   const LoadedFile file = load_file(path);
@@ -841,6 +846,9 @@ int command_run(const std::string& path, RunOptions& options) {
   config.num_heads = options.num_heads;
   config.num_kv_heads = options.num_kv_heads;
   config.layout = options.layout == "hnd" ? flexjit::KvLayout::HND : flexjit::KvLayout::NHD;
+  config.kv_fp8 = options.kv_dtype == "fp8";
+  config.kv_scale =
+      options.kv_scale == "tensor" ? flexjit::KvScale::Tensor : flexjit::KvScale::Head;
   config.contiguous = options.encoder;
   config.query_lens = query_lens;
   config.context_lens = context_lens;
@@ -864,16 +872,18 @@ int command_run(const std::string& path, RunOptions& options) {
                     : flexjit::run_paged_check(context, program, config);
   if (!report) return report_error(report.error());
 
-  const double tolerance = flexjit::relative_error_tolerance(config.dtype);
+  const double tolerance = flexjit::relative_error_tolerance(config);
   const bool pass = report->relative_error <= tolerance && report->bad_outputs == 0 &&
                     report->empty_rows_wrong == 0;
   const double flops = 4.0 * options.kernel.head_dim * report->visible_pairs;
   fmt::print("kernel          {}\n", report->kernel_name);
   fmt::print("device          {}\n",
              cpu ? fmt::format("cpu ({} threads)", std::thread::hardware_concurrency()) : "cuda");
-  fmt::print("batch           {} requests, {} query tokens, {} heads / {} kv heads, {} layout\n",
-             query_lens.size(), report->num_tokens, options.num_heads, options.num_kv_heads,
-             options.encoder ? "contiguous (encoder)" : options.layout);
+  fmt::print(
+      "batch           {} requests, {} query tokens, {} heads / {} kv heads, {} layout{}\n",
+      query_lens.size(), report->num_tokens, options.num_heads, options.num_kv_heads,
+      options.encoder ? "contiguous (encoder)" : options.layout,
+      config.kv_fp8 ? fmt::format(", fp8 e4m3 cache (scales per {})", options.kv_scale) : "");
   fmt::print("relative error  {:.3e} (tolerance {:.0e}), max abs {:.3e}, lse max abs {:.3e}\n",
              report->relative_error, tolerance, report->max_abs_error, report->lse_max_abs_error);
   fmt::print("bad outputs     {} NaN/Inf or unwritten, {} empty rows not 0/-inf (or sink)\n",
@@ -1042,6 +1052,13 @@ int main(int argc, char** argv) {
                   "cached keys before the new tokens, per request");
   run->add_option("--layout", run_options.layout, "KV cache layout")
       ->check(CLI::IsMember({"nhd", "hnd"}));
+  run->add_option("--kv-dtype", run_options.kv_dtype,
+                  "K/V cache element type: auto (--dtype's) or fp8 (e4m3 times --kv-scale "
+                  "scales; paged only)")
+      ->check(CLI::IsMember({"auto", "fp8"}));
+  run->add_option("--kv-scale", run_options.kv_scale,
+                  "with --kv-dtype fp8: one random scale per tensor, or one per kv head")
+      ->check(CLI::IsMember({"tensor", "head"}));
   run->add_flag("--encoder", run_options.encoder,
                 "contiguous K/V packed like q (fj_varlen_attention); no cached context");
   run->add_option("--seed", run_options.seed, "random seed");
@@ -1069,6 +1086,7 @@ int main(int argc, char** argv) {
       0;
   run_options.page_size_given = run->count("--page-size") > 0;
   run_options.context_lens_given = run->count("--context-lens") > 0;
+  run_options.kv_scale_given = run->count("--kv-scale") > 0;
   if (*check) return command_check(path, check_json);
   if (*ir) return command_ir(path, ir_options, ir_passes);
   if (*emit) return command_emit(path, emit_options);

@@ -103,6 +103,12 @@ Result<RunBatch> check_run_shape(const RunShape& shape) {
   if (shape.encoder && shape.context_lens_given) {
     return Error{"--encoder has no cached context: drop --context-lens"};
   }
+  if (shape.encoder && shape.kv_fp8) {
+    return Error{"--kv-dtype fp8 is a paged cache's: --encoder reads 16-bit K/V"};
+  }
+  if (shape.kv_scale_given && !shape.kv_fp8) {
+    return Error{"--kv-scale chooses the scales of an fp8 cache: add --kv-dtype fp8"};
+  }
   if (!shape.encoder && (shape.page_size == 0 || !supported::page_size(shape.page_size))) {
     return Error{fmt::format(
         "--page-size {} is not supported: a multiple of {} up to {} (contiguous K/V: --encoder)",

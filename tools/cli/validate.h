@@ -52,7 +52,9 @@ struct RunShape {
   bool cpu = true;  // runs on the CPU backend (timed launches count as work)
   int iterations = 20;
   float scale = 0.0f;
-  std::string sinks;  // --sinks: "" for none, else one logit or one per head, comma-separated
+  std::string sinks;    // --sinks: "" for none, else one logit or one per head, comma-separated
+  bool kv_fp8 = false;  // --kv-dtype fp8
+  bool kv_scale_given = false;  // --kv-scale was on the command line
 };
 
 // The batch a valid RunShape describes, with what it costs.
@@ -69,7 +71,8 @@ struct RunBatch {
 // --encoder; heads and kv heads positive, kv heads dividing heads; lengths non-negative, one
 // context length per query length, at most kMaxRunRequests requests, sequence lengths and the
 // token count within int32; iterations in [0, kMaxRunIterations]; a finite scale; sinks
-// (parse_sinks); and the memory and work limits above.
+// (parse_sinks); an fp8 cache only paged (not with --encoder) and --kv-scale only with one; and
+// the memory and work limits above.
 Result<RunBatch> check_run_shape(const RunShape& shape);
 
 // `compile`'s options beyond the kernel's.

@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define FJ_VERSION_MAJOR 0
-#define FJ_VERSION_MINOR 7
+#define FJ_VERSION_MINOR 8
 #define FJ_VERSION_PATCH 0
 /* Version as one integer: major * 10000 + minor * 100 + patch. */
 #define FJ_VERSION (FJ_VERSION_MAJOR * 10000 + FJ_VERSION_MINOR * 100 + FJ_VERSION_PATCH)
@@ -49,7 +49,12 @@ typedef enum fj_status {
   FJ_ERROR_INTERNAL = 7          /* a bug in flexjit; please report the message */
 } fj_status;
 
-typedef enum fj_dtype { FJ_DTYPE_FP16 = 1, FJ_DTYPE_BF16 = 2 } fj_dtype;
+/* FJ_DTYPE_FP8_E4M3 (since 0.8) is a K/V cache dtype only (fj_kernel_desc::kv_dtype,
+ * fj_kv_cache_write_args::cache_dtype): OCP e4m3 (the "fn" variant: no infinities, 0x7f/0xff
+ * NaN, largest finite 448), each cache value times a float32 scale (k_scale, v_scale). The CUDA
+ * kernels read an e4m3 NaN byte (0x7f, 0xff) as +-480 (the CPU backend as NaN); the cache write
+ * stores one only for a NaN input. */
+typedef enum fj_dtype { FJ_DTYPE_FP16 = 1, FJ_DTYPE_BF16 = 2, FJ_DTYPE_FP8_E4M3 = 3 } fj_dtype;
 
 /* Where a context-level call (fj_kv_cache_write, fj_merge_states) runs, since 0.4. Attention
  * calls run where their kernel was created for (fj_kernel_desc::arch). */
@@ -141,7 +146,7 @@ typedef struct fj_kernel_desc {
   uint32_t struct_size;     /* sizeof(fj_kernel_desc) */
   const char* mask;         /* name of a mask or of a variant of the program */
   int32_t head_dim;         /* 64, 80, 96, 128 or 256 */
-  fj_dtype dtype;           /* of q, out, and the K/V cache */
+  fj_dtype dtype;           /* of q and out, and of the K/V cache unless kv_dtype says */
   int32_t page_size;        /* tokens per KV-cache block: a multiple of 16, at most 1024, for
                                fj_paged_attention; 0 for the contiguous-KV (encoder) kernel of
                                fj_varlen_attention */
@@ -152,6 +157,11 @@ typedef struct fj_kernel_desc {
                                null when `mask` names a variant (it names its own score) */
   const fj_define* defines; /* num_defines overrides of the program's consts; may be null */
   uint32_t num_defines;
+  /* Since 0.8 (a shorter struct_size reads it as 0): the K/V cache's dtype. 0: dtype.
+   * FJ_DTYPE_FP8_E4M3: an fp8 cache read with the launch's k_scale and v_scale (paged kernels,
+   * page_size > 0, CUDA and CPU); queries and outputs stay `dtype`. Otherwise it must equal
+   * dtype. */
+  fj_dtype kv_dtype;
 } fj_kernel_desc;
 
 /* Generates and compiles (or fetches from the context's cache) the attention kernel for
@@ -271,6 +281,17 @@ typedef struct fj_paged_attention_args {
    * however many splits a row's keys take. Partial attentions that will be merged
    * (fj_merge_states) leave it out and pass it to the merge. */
   const float* sinks;
+
+  /* Since 0.8 (a shorter struct_size reads them as null and 0). Dequantization scales of an fp8
+   * K/V cache (fj_kernel_desc::kv_dtype FJ_DTYPE_FP8_E4M3), as vLLM's k_scale and v_scale:
+   * float32, device memory (host memory for CPU kernels), 4-byte aligned. Element (block, slot,
+   * kv_head, d) of the K cache stands for its e4m3 value times k_scale[kv_head *
+   * kv_scale_stride] (V likewise): stride 0 is one scale per tensor, 1 one per kv head. Both
+   * required with an fp8 cache, both null otherwise. With an fp8 cache the cache strides are in
+   * bytes (elements of one byte), multiples of 16, and the caches 16-byte aligned. */
+  const float* k_scale;
+  const float* v_scale;
+  int32_t kv_scale_stride;
 } fj_paged_attention_args;
 
 /* CPU kernels (arch "cpu"): every pointer of the args (q, out, caches, query_start_loc,
@@ -376,7 +397,10 @@ FJ_API fj_status fj_attention_workspace_size(const fj_kernel* kernel, const fj_a
 /* Writes new tokens' keys and values into a paged cache: row t goes to slot slot_mapping[t] =
  * block * page_size + offset. A negative slot (vLLM pads with -1) or one at or past
  * num_blocks * page_size is skipped. key/value: [num_tokens, num_kv_heads, head_dim] at their
- * strides; caches as in fj_paged_attention. 16-bit elements (bf16 or fp16: a copy). */
+ * strides; caches as in fj_paged_attention. 16-bit elements (bf16 or fp16: a copy), or, since
+ * 0.8, an fp8 cache: each value x of kv head h is stored as e4m3(x / k_scale[h *
+ * kv_scale_stride]) (v_scale for values), rounded to nearest even and saturated to +-448 as
+ * vLLM's scaled_fp8_conversion does (NaN stays NaN). */
 typedef struct fj_kv_cache_write_args {
   uint32_t struct_size; /* sizeof(fj_kv_cache_write_args) */
   const void* key;
@@ -399,6 +423,17 @@ typedef struct fj_kv_cache_write_args {
   /* Since 0.4 (a shorter struct_size reads it as FJ_DEVICE_CUDA). FJ_DEVICE_CPU: every pointer
    * is host memory and the write is done when the call returns. */
   fj_device device;
+
+  /* Since 0.8 (a shorter struct_size reads them as 0, null and 0: a 16-bit copy). cache_dtype
+   * FJ_DTYPE_FP8_E4M3 quantizes into an fp8 cache (cache strides in bytes, multiples of 16):
+   * dtype (FJ_DTYPE_BF16 or FJ_DTYPE_FP16) is then the inputs', and k_scale/v_scale (float32,
+   * in the same memory as the caches) with kv_scale_stride as in fj_paged_attention_args.
+   * cache_dtype 0: a 16-bit copy, dtype ignored and the scales null. */
+  fj_dtype dtype;
+  fj_dtype cache_dtype;
+  const float* k_scale;
+  const float* v_scale;
+  int32_t kv_scale_stride;
 } fj_kv_cache_write_args;
 
 /* Enqueues the cache write on `stream`, compiling its kernel for the current device on first
@@ -480,7 +515,8 @@ typedef struct fj_precompile_options {
 /* Builds the kernel of every description, in parallel, as fj_kernel_create would (same checks,
  * same caches): an engine calls it at load time so that its later fj_kernel_create calls are
  * cache hits. Every description is attempted, whatever the others do.
- *   descs:    `count` descriptions (null when count is 0)
+ *   descs:    `count` descriptions (null when count is 0), each descs[0].struct_size bytes
+ *             from the last (an older header's shorter descriptions step by their own size)
  *   options:  may be null: every hardware thread, no progress
  *   statuses: null, or `count` entries that receive each description's status (FJ_SUCCESS or
  *             what fj_kernel_create would return for it); filled whenever the arguments are valid
@@ -488,7 +524,8 @@ typedef struct fj_precompile_options {
  * description with the lowest index, and the last error holds the number of failures and that
  * description's message (kernel name, NVRTC log, where the source was written). Thread-safe.
  * Errors: FJ_ERROR_INVALID_ARGUMENT (null context or program, null descs with count > 0,
- * options->struct_size too small, negative num_threads), and the statuses of fj_kernel_create. */
+ * descs->struct_size or options->struct_size too small, negative num_threads), and the statuses
+ * of fj_kernel_create. */
 FJ_API fj_status fj_precompile(fj_context* context, const fj_program* program,
                                const fj_kernel_desc* descs, size_t count,
                                const fj_precompile_options* options, fj_status* statuses);

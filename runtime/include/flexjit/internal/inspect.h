@@ -40,6 +40,9 @@ struct PrefillKernelConfig {
   bool bf16 = true;
   int page_size = 16;  // 0: contiguous K/V (the encoder kernel)
   std::string arch = "sm_90a";
+  // An fp8 (e4m3) K/V cache (fj_kernel_desc::kv_dtype, since 0.8), read with the launch's
+  // k_scale and v_scale; paged kernels only. False: the cache has q's dtype.
+  bool kv_fp8 = false;
 };
 
 // Launch shape of a config's prefill kernel: the wgmma kernel on sm_90a for head dims 64, 128
@@ -62,6 +65,8 @@ KernelSpec decode_kernel_spec(const Variant& variant, const PrefillKernelConfig&
 
 // The mask-independent kernels: KV-cache write (one for every 16-bit dtype) and merge_states.
 KernelSpec kv_cache_write_spec(const std::string& arch);
+// The KV-cache write into an fp8 cache (since 0.8), from bf16 or fp16 keys and values.
+KernelSpec kv_cache_write_fp8_spec(bool bf16, const std::string& arch);
 KernelSpec merge_states_spec(bool bf16, const std::string& arch);
 
 // The CUDA kernel templates (templates/*.cuh), embedded into the library at build time: NVRTC
