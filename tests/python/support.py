@@ -19,7 +19,7 @@ def library_available():
     except OSError:
         return False
 
-_ITEMSIZE = {"<f2": 2, "<f4": 4, "<i4": 4}
+_ITEMSIZE = {"<f2": 2, "<f4": 4, "<i4": 4, "<i8": 8, "|u1": 1}  # |u1: fp8 bytes
 
 
 class CudaArray:

@@ -16,15 +16,16 @@ MASKS = str(REPO / "dsl" / "lib" / "standard.mask")
 class HostArray(CudaArray):
     """A stand-in array over host memory of its own (64-byte aligned), for CPU kernels."""
 
+    CTYPES = {"<f2": ctypes.c_uint16, "|u1": ctypes.c_uint8, "<i8": ctypes.c_int64}
+
     def __init__(self, shape, typestr, fill=0):
         count = 1
         for extent in shape:
             count *= extent
-        item = 2 if typestr == "<f2" else 4
-        self.memory = ctypes.create_string_buffer(count * item + 64)
+        ctype = self.CTYPES.get(typestr, ctypes.c_int32)
+        self.memory = ctypes.create_string_buffer(count * ctypes.sizeof(ctype) + 64)
         base = ctypes.addressof(self.memory)
         super().__init__(shape, typestr, ptr=(base + 63) // 64 * 64)
-        ctype = ctypes.c_uint16 if item == 2 else ctypes.c_int32
         self.values = (ctype * count).from_address(self.ptr)
         for i in range(count):
             self.values[i] = fill

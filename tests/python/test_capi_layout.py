@@ -15,9 +15,11 @@ STRUCTS = {"fj_kernel_desc": _capi.KernelDesc,
            "fj_paged_attention_args": _capi.PagedAttentionArgs,
            "fj_varlen_attention_args": _capi.VarlenAttentionArgs,
            "fj_param_info": _capi.ParamInfo, "fj_define": _capi.Define, "fj_array": _capi.ArrayArg,
-           "fj_plan_shape": _capi.PlanShape}
-ENUMS = {"fj_status": _capi.Status, "fj_dtype": _capi.Dtype, "fj_param_type": _capi.ParamType}
-ENUM_PREFIXES = {"fj_status": "FJ_ERROR_", "fj_dtype": "FJ_DTYPE_", "fj_param_type": "FJ_PARAM_"}
+           "fj_plan_shape": _capi.PlanShape, "fj_kv_cache_write_args": _capi.KvCacheWriteArgs}
+ENUMS = {"fj_status": _capi.Status, "fj_dtype": _capi.Dtype, "fj_param_type": _capi.ParamType,
+         "fj_device": _capi.Device}
+ENUM_PREFIXES = {"fj_status": "FJ_ERROR_", "fj_dtype": "FJ_DTYPE_", "fj_param_type": "FJ_PARAM_",
+                 "fj_device": "FJ_DEVICE_"}
 
 
 @unittest.skipIf(shutil.which(os.environ.get("CC", "cc")) is None, "no C compiler (cc) found")
@@ -75,15 +77,26 @@ class StructLayoutTest(unittest.TestCase):
 
     def test_grown_structs_grow_at_the_end(self):
         # A caller built against an older header passes a shorter struct_size: the fields added
-        # since (0.3's workspace, 0.5's num_blocks, 0.6's separate keys, 0.7's sinks) must
-        # follow every older one.
+        # since (0.3's workspace, 0.4's device, 0.5's num_blocks, 0.6's separate keys, 0.7's
+        # sinks, 0.8's fp8 cache) must follow every older one.
         names = [field for field, _ in _capi.PagedAttentionArgs._fields_]
-        self.assertEqual(names[-4:], ["workspace", "workspace_bytes", "num_blocks", "sinks"])
+        self.assertEqual(names[-7:], ["workspace", "workspace_bytes", "num_blocks", "sinks",
+                                      "k_scale", "v_scale", "kv_scale_stride"])
         varlen = [field for field, _ in _capi.VarlenAttentionArgs._fields_]
         self.assertEqual(varlen[-3:], ["v_stride_batch", "out_stride_batch", "sinks"])
-        for c_name in ("fj_paged_attention_args", "fj_varlen_attention_args"):
-            self.assertEqual(self.layout[(c_name, "sinks")] + 8, self.layout[(c_name, "sizeof")],
-                             c_name)
+        self.assertEqual(self.layout[("fj_varlen_attention_args", "sinks")] + 8,
+                         self.layout[("fj_varlen_attention_args", "sizeof")])
+        desc = [field for field, _ in _capi.KernelDesc._fields_]
+        self.assertEqual(desc[-3:], ["defines", "num_defines", "kv_dtype"])
+        write = [field for field, _ in _capi.KvCacheWriteArgs._fields_]
+        self.assertEqual(write[-6:], ["device", "dtype", "cache_dtype", "k_scale", "v_scale",
+                                      "kv_scale_stride"])
+        for c_name, last in (("fj_paged_attention_args", "kv_scale_stride"),
+                             ("fj_kv_cache_write_args", "kv_scale_stride"),
+                             ("fj_kernel_desc", "kv_dtype")):
+            # The last field, a 4-byte one, then only the padding to the struct's alignment (8).
+            self.assertEqual(-(-(self.layout[(c_name, last)] + 4) // 8) * 8,
+                             self.layout[(c_name, "sizeof")], c_name)
 
     def test_every_c_field_is_mirrored(self):
         # A field added to the header but not to _capi shows as a larger C struct; also check

@@ -22,10 +22,11 @@ import sys
 from typing import NamedTuple, Optional, Tuple
 
 from . import _capi
-from ._arrays import Array, array_param_fields, describe, is_torch_tensor, paged_fields, \
-    varlen_fields
-from ._capi import (ArrayArg, Define, Dtype, KernelDesc, PagedAttentionArgs, ParamType,
-                    PlanShape, Status, VarlenAttentionArgs, library)
+from ._arrays import Array, array_param_fields, cache_write_fields, describe, is_torch_tensor, \
+    paged_fields, varlen_fields
+from ._capi import (ArrayArg, Define, Device, Dtype, KernelDesc, KvCacheWriteArgs,
+                    PagedAttentionArgs, ParamType, PlanShape, Status, VarlenAttentionArgs,
+                    library)
 
 __all__ = ["Context", "Program", "Kernel", "Launch", "Plan", "FlexjitError", "Status", "Dtype",
            "ParamType", "ParamInfo", "runtime_version", "library_path", "define_text",
@@ -91,6 +92,28 @@ def _dtype_name(dtype):
     if text not in names:
         raise ValueError(f"dtype {dtype!r} is not supported (bf16, fp16)")
     return names[text]
+
+
+# Spellings of the fp8 cache dtype (OCP e4m3, the "fn" variant: vLLM's kv_cache_dtype "fp8").
+_FP8_NAMES = ("fp8", "fp8_e4m3", "e4m3", "float8_e4m3fn", "torch.float8_e4m3fn")
+
+
+def _kv_dtype_name(kv_dtype, dtype):
+    """The K/V cache dtype of a kernel whose q and out are `dtype` ("bf16" or "fp16"): "fp8"
+    for an fp8 cache (_FP8_NAMES, Dtype.FP8_E4M3), else `dtype` (None, or dtype's own name)."""
+    if kv_dtype is None:
+        return dtype
+    text = kv_dtype.name.lower() if isinstance(kv_dtype, Dtype) else str(kv_dtype)
+    if text in _FP8_NAMES:
+        return "fp8"
+    try:
+        same = _dtype_name(kv_dtype) == dtype
+    except ValueError:
+        same = False
+    if not same:
+        raise ValueError(f"kv_dtype {kv_dtype!r} is not supported: 'fp8' (e4m3), or the "
+                         f"kernel's dtype {dtype!r}")
+    return dtype
 
 
 def define_text(name, value):
@@ -209,15 +232,19 @@ class Context(_Handle):
         return Program(self, handle.value)
 
     def kernel(self, program, mask, *, score=None, defines=None, head_dim=128, dtype="bf16",
-               page_size=16, arch=None):
+               page_size=16, arch=None, kv_dtype=None):
         """Compiles (or fetches from the cache) the attention kernel of `mask`: a mask or a
         variant of `program`, with `score` (a score's name, only with a mask: a variant names
         its own) and `defines` ({const name: value} overrides of compile-time consts, values
         str/int/float/bool, see define_text). page_size 0 gives the contiguous-K/V (encoder)
         kernel of Kernel.varlen. With `arch` ("sm_90a", ...) no GPU is needed; without it, the
-        current CUDA device's is used. Errors: FlexjitError NOT_FOUND (unknown mask, variant,
-        score or const), INVALID_ARGUMENT (bad define), UNSUPPORTED (head dim, page size, ...)."""
+        current CUDA device's is used; "cpu" is the CPU backend (launches over host memory).
+        `kv_dtype` (since 0.8): "fp8" for a paged fp8 (e4m3) K/V cache read with k_scale and
+        v_scale at launch; None (or `dtype`): the cache is `dtype`. Errors: FlexjitError
+        NOT_FOUND (unknown mask, variant, score or const), INVALID_ARGUMENT (bad define, an fp8
+        cache without pages), UNSUPPORTED (head dim, page size, ...)."""
         dtype = _dtype_name(dtype)
+        kv_dtype = _kv_dtype_name(kv_dtype, dtype)
         defines = dict(defines or {})
         texts = [(str(name), define_text(name, value)) for name, value in defines.items()]
         define_array = (Define * max(len(texts), 1))(
@@ -227,13 +254,47 @@ class Context(_Handle):
                           page_size=page_size, arch=arch.encode() if arch else None,
                           score=score.encode() if score else None,
                           defines=ctypes.cast(define_array, ctypes.POINTER(Define)),
-                          num_defines=len(texts))
+                          num_defines=len(texts),
+                          kv_dtype=int(Dtype.FP8_E4M3) if kv_dtype == "fp8" else 0)
         handle = ctypes.c_void_p()
         status = library().fj_kernel_create(self.handle, program.handle, ctypes.byref(desc),
                                             ctypes.byref(handle))
         _check(status, self.handle, "fj_kernel_create")
         return Kernel(self, program, handle.value, mask, head_dim, dtype, page_size, score=score,
-                      defines=dict(texts))
+                      defines=dict(texts), kv_dtype=kv_dtype, arch=arch)
+
+    def kv_cache_write(self, key, value, k_cache, v_cache, slot_mapping, *, k_scale=None,
+                       v_scale=None, kv_layout="NHD", device=None, stream=None):
+        """fj_kv_cache_write: row t of key and value ([num_tokens, num_kv_heads, head_dim],
+        bf16 or fp16, any strides with head_dim contiguous) goes to slot slot_mapping[t] (int64
+        [num_tokens]: block * page_size + offset; a negative slot, or one past the cache, is
+        skipped) of k_cache and v_cache (as Kernel.prepare takes them, `kv_layout`). A cache of
+        key's dtype gets a copy; an fp8 cache (torch.float8_e4m3fn, or uint8) gets e4m3(x /
+        scale), rounded to nearest even and saturated to +-448, with k_scale and v_scale as
+        Kernel.prepare takes them. `device`: "cpu" (host memory, done when the call returns) or
+        "cuda" (enqueued on `stream`, default torch's current one); default "cpu" for torch
+        CPU tensors, else "cuda". Errors: ValueError (arrays, scales), FlexjitError."""
+        if device is None:
+            device = "cpu" if is_torch_tensor(key) and not key.is_cuda else "cuda"
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        host = device == "cpu"
+        named = dict(key=key, value=value, k_cache=k_cache, v_cache=v_cache,
+                     slot_mapping=slot_mapping)
+        described = {name: describe(obj, name) for name, obj in named.items()}
+        for name, given in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if given is not None:
+                named[name], described[name] = _scale_array(name, given, host,
+                                                            described["key"].device_index)
+        fields = cache_write_fields(kv_layout=kv_layout, host=host, **described)
+        args = KvCacheWriteArgs(struct_size=ctypes.sizeof(KvCacheWriteArgs),
+                                device=int(Device.CPU if host else Device.CUDA), **fields)
+        if stream is not None:
+            stream = _stream_handle(stream)
+        elif not host and is_torch_tensor(key):
+            stream = _torch_stream(sys.modules["torch"], described["key"].device_index)
+        _check(library().fj_kv_cache_write(self.handle, ctypes.byref(args), stream), self.handle,
+               "fj_kv_cache_write")
 
 
 class Program(_Handle):
@@ -313,13 +374,14 @@ class Program(_Handle):
             values[info.slot] = _scalar_value(info, value)
         return values
 
-    def array_values(self, arrays, *, num_reqs, num_heads):
+    def array_values(self, arrays, *, num_reqs, num_heads, host=False):
         """The fj_array descriptors of a launch from {name: device array}, by array slot, and
         the Arrays seen. Each array is a torch tensor or an object with
         __cuda_array_interface__: int32 for int[...] parameters, float32 for float[...], of the
-        declared rank (array_param_fields has the checks). Arrays not named are passed empty
-        ({null, 0, 0, 0}; the kernel reads 0 from them). Errors: FlexjitError NOT_FOUND
-        (unknown name), TypeError (a scalar parameter), ValueError (dtype, rank, shape)."""
+        declared rank (array_param_fields has the checks; `host`: host memory, for a CPU
+        kernel). Arrays not named are passed empty ({null, 0, 0, 0}; the kernel reads 0 from
+        them). Errors: FlexjitError NOT_FOUND (unknown name), TypeError (a scalar parameter),
+        ValueError (dtype, rank, shape)."""
         descriptors = self._arrays_type()
         seen = {}
         for name, obj in (arrays or {}).items():
@@ -330,7 +392,8 @@ class Program(_Handle):
             array = describe(obj, name)
             dtype = "fp32" if info.type == ParamType.FLOAT_ARRAY else "int32"
             data, rows, cols, row_stride = array_param_fields(
-                array, dtype=dtype, dims=info.dims, num_reqs=num_reqs, num_heads=num_heads)
+                array, dtype=dtype, dims=info.dims, num_reqs=num_reqs, num_heads=num_heads,
+                host=host)
             descriptors[info.slot] = ArrayArg(data or None, rows, cols, row_stride)
             seen[name] = array
         return descriptors, seen
@@ -360,12 +423,13 @@ def _scalar_value(info, value):
 
 class Kernel(_Handle):
     """fj_kernel: one compiled attention kernel (mask or variant, score, defines, head dim,
-    dtype, page size; page size 0: the contiguous-K/V kernel of varlen())."""
+    dtype, page size; page size 0: the contiguous-K/V kernel of varlen(); the K/V cache's dtype
+    `kv_dtype`, "fp8" or `dtype`; `arch`, "cpu" for the CPU backend, None for the device's)."""
 
     _destroy = "fj_kernel_destroy"
 
     def __init__(self, context, program, handle, mask, head_dim, dtype, page_size, score=None,
-                 defines=None):
+                 defines=None, kv_dtype=None, arch=None):
         super().__init__(handle)
         self.context = context
         self.program = program
@@ -375,6 +439,9 @@ class Kernel(_Handle):
         self.head_dim = head_dim
         self.dtype = dtype
         self.page_size = page_size
+        self.kv_dtype = kv_dtype or dtype
+        self.arch = arch
+        self.host = arch == "cpu"  # launches run on the host, over host memory
         self._templates = _Templates()  # _checked_args: checked geometry -> _Template
         self._paged_call = _capi.unchecked("fj_paged_attention")
 
@@ -387,7 +454,7 @@ class Kernel(_Handle):
 
     def prepare(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out=None,
                 lse=None, sinks=None, max_query_len=None, params=None, arrays=None, scale=0.0,
-                kv_layout="NHD"):
+                kv_layout="NHD", k_scale=None, v_scale=None):
         """Checks the arrays once and builds the C argument struct: Launch.launch() then only
         calls fj_paged_attention. `out` defaults to a new tensor like q (torch only).
         `max_query_len` is the host copy of the longest query; computed from a torch
@@ -395,7 +462,10 @@ class Kernel(_Handle):
         runtime parameters (Program.param_values); `arrays`: {name: device array} of array
         parameters (Program.array_values), e.g. {"prefix_len": int32 [num_reqs]}. `sinks`:
         attention sinks (since 0.7), float32 [num_heads] on q's device: head h's logit joins
-        the softmax denominator of each of its rows (fj_paged_attention_args.sinks)."""
+        the softmax denominator of each of its rows (fj_paged_attention_args.sinks).
+        `k_scale`, `v_scale` (since 0.8, a kernel of kv_dtype "fp8" only, and then required):
+        the fp8 cache's dequantization scales, each a number or a float32 array of 1 element
+        or one per kv head, where the caches are; K element = e4m3 value * k_scale[kv head]."""
         if self.page_size == 0:
             raise ValueError(f"kernel {self.mask!r} was created with page_size 0 (contiguous "
                              f"K/V): use varlen()")
@@ -406,8 +476,13 @@ class Kernel(_Handle):
                      query_start_loc=query_start_loc, seq_lens=seq_lens)
         named.update((name, a) for name, a in (("lse", lse), ("sinks", sinks)) if a is not None)
         described = {name: describe(obj, name) for name, obj in named.items()}
+        for name, given in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if given is not None:
+                named[name], described[name] = _scale_array(name, given, self.host,
+                                                            described["q"].device_index)
         fields = paged_fields(head_dim=self.head_dim, page_size=self.page_size,
-                              dtype=self.dtype, kv_layout=kv_layout, **described)
+                              dtype=self.dtype, kv_dtype=self.kv_dtype, host=self.host,
+                              kv_layout=kv_layout, **described)
         common = self._common(q, described, params, arrays, num_reqs=fields["num_reqs"],
                               num_heads=fields["num_heads"])
         args = PagedAttentionArgs(struct_size=ctypes.sizeof(PagedAttentionArgs),
@@ -418,7 +493,7 @@ class Kernel(_Handle):
 
     def __call__(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
                  out=None, lse=None, sinks=None, max_query_len=None, params=None, arrays=None,
-                 scale=0.0, kv_layout="NHD", stream=None):
+                 scale=0.0, kv_layout="NHD", stream=None, k_scale=None, v_scale=None):
         """Checks (as prepare()), launches on `stream` (default: torch's current stream for
         torch tensors, else the legacy default stream) and returns `out`."""
         if self.page_size != 0:
@@ -430,11 +505,12 @@ class Kernel(_Handle):
         if not arrays:
             data, default_stream, key = self._checked_args(
                 q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
-                max_query_len, scale, kv_layout, _params_key(params) if params else ())
+                max_query_len, scale, kv_layout, _params_key(params) if params else (),
+                k_scale, v_scale)
         if data is None:
             args, default_stream = self._template(
                 key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-                sinks, max_query_len, params, arrays, scale, kv_layout)
+                sinks, max_query_len, params, arrays, scale, kv_layout, k_scale, v_scale)
             data = ctypes.byref(args)
         if stream is not None:
             default_stream = _stream_handle(stream)
@@ -446,26 +522,30 @@ class Kernel(_Handle):
 
     def paged_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out,
                    lse=None, sinks=None, max_query_len, params=None, arrays=None, scale=0.0,
-                   kv_layout="NHD"):
+                   kv_layout="NHD", k_scale=None, v_scale=None):
         """(fj_paged_attention_args, default stream handle) of one call, with prepare()'s
         checks and struct, for callers that launch at once (__call__, torch.ops.flexjit).
         Without array parameters, prepare() runs on the first call of each geometry: the
         sizes, strides, dtypes and devices of the torch tensors, the current device, and
-        max_query_len, scale, kv_layout and params. Its struct is kept, and a later call of the
-        same geometry copies it and writes its own pointers: everything prepare() checks is
-        part of the geometry, so the checks hold, and only the copy and the pointers cost."""
+        max_query_len, scale, kv_layout, params and scales given as numbers (by value). Its
+        struct is kept, and a later call of the same geometry copies it and writes its own
+        pointers: everything prepare() checks is part of the geometry, so the checks hold, and
+        only the copy and the pointers cost."""
         data = key = None
         if not arrays:
             data, stream, key = self._checked_args(
                 q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
-                max_query_len, scale, kv_layout, _params_key(params) if params else ())
+                max_query_len, scale, kv_layout, _params_key(params) if params else (),
+                k_scale, v_scale)
         if data is not None:
             return PagedAttentionArgs.from_buffer_copy(data), stream
         return self._template(key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                              out, lse, sinks, max_query_len, params, arrays, scale, kv_layout)
+                              out, lse, sinks, max_query_len, params, arrays, scale, kv_layout,
+                              k_scale, v_scale)
 
     def _checked_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
-                      lse, sinks, max_query_len, scale, kv_layout, params_key):
+                      lse, sinks, max_query_len, scale, kv_layout, params_key, k_scale=None,
+                      v_scale=None):
         """(fj_paged_attention_args as bytes, default stream, None) of a call whose geometry
         an earlier call checked (_template), with this call's pointers; else (None, None, key):
         the key to keep the call's template under, None where there is none (arrays that are
@@ -486,7 +566,9 @@ class Kernel(_Handle):
                    seq_lens.shape, seq_lens.stride(), seq_lens.dtype, seq_lens.device,
                    None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device),
                    None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype,
-                                               sinks.device))
+                                               sinks.device),
+                   None if k_scale is None and v_scale is None else
+                   (_scale_key(k_scale), _scale_key(v_scale)))
             templates = self._templates
             last_key, template = templates.last
             if key != last_key:
@@ -500,23 +582,34 @@ class Kernel(_Handle):
             template.head, q.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             query_start_loc.data_ptr(), seq_lens.data_ptr(), block_table.data_ptr(),
             0 if lse is None else lse.data_ptr(), template.middle,
-            0 if sinks is None else sinks.data_ptr())
-        return data, None if calls is None else calls.current_stream(template.device), None
+            0 if sinks is None else sinks.data_ptr(),
+            0 if k_scale is None else template.k_scale or k_scale.data_ptr(),
+            0 if v_scale is None else template.v_scale or v_scale.data_ptr(), template.tail)
+        return data, None if calls is None or template.device is None else \
+            calls.current_stream(template.device), None
 
     def _template(self, key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
-                  lse, sinks, max_query_len, params, arrays, scale, kv_layout):
+                  lse, sinks, max_query_len, params, arrays, scale, kv_layout, k_scale=None,
+                  v_scale=None):
         """prepare()'s (struct, default stream) of a call, its template kept under `key`
         (unless None) for _checked_args."""
         launch = self.prepare(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                               out=out, lse=lse, sinks=sinks, max_query_len=max_query_len,
-                              params=params, arrays=arrays, scale=scale, kv_layout=kv_layout)
+                              params=params, arrays=arrays, scale=scale, kv_layout=kv_layout,
+                              k_scale=k_scale, v_scale=v_scale)
         if key is not None:
             raw = bytes(launch.args)
-            # The params array the struct points into is kept with it.
-            self._templates.keep(key, _Template(raw[:_PAGED_POINTERS_START],
-                                                raw[_PAGED_POINTERS_END:_PAGED_SINKS],
-                                                launch._param_values,
-                                                getattr(q.device, "index", None)))
+            # A scale given as a number points into memory of its own (_scale_array): its
+            # pointer is part of the template, and the template keeps that memory, as it keeps
+            # the params array the struct points into.
+            fixed = [launch.arrays[name] if isinstance(given, numbers.Real) else None
+                     for name, given in (("k_scale", k_scale), ("v_scale", v_scale))]
+            self._templates.keep(key, _Template(
+                raw[:_PAGED_POINTERS_START], raw[_PAGED_POINTERS_END:_PAGED_SINKS],
+                raw[_PAGED_SCALES_END:], (launch._param_values, fixed),
+                None if self.host else getattr(q.device, "index", None),
+                launch.args.k_scale if fixed[0] is not None else 0,
+                launch.args.v_scale if fixed[1] is not None else 0))
         return launch.args, launch._default_stream
 
     def _failed(self, status, call):
@@ -572,7 +665,7 @@ class Kernel(_Handle):
         """fj_attention_workspace_size: bytes of workspace a launch with these array parameters
         ({name: device array}, as arrays=) needs; 0 when the variant summarises none."""
         descriptors, _ = self.program.array_values(arrays, num_reqs=num_reqs,
-                                                   num_heads=num_heads)
+                                                   num_heads=num_heads, host=self.host)
         size = ctypes.c_uint64()
         _check(library().fj_attention_workspace_size(self.handle, descriptors,
                                                      self.program.array_count,
@@ -588,15 +681,15 @@ class Kernel(_Handle):
 
     def _common(self, q, described, params, arrays, *, num_reqs, num_heads):
         """What paged and varlen launches share: the current device check, the scalar params
-        and the array parameters, the default stream."""
-        torch = sys.modules.get("torch") if is_torch_tensor(q) else None
+        and the array parameters, the default stream (none for a CPU kernel)."""
+        torch = sys.modules.get("torch") if is_torch_tensor(q) and not self.host else None
         device = described["q"].device_index
         if torch is not None and device is not None and torch.cuda.current_device() != device:
             raise ValueError(f"q is on cuda:{device} but the current CUDA device is "
                              f"cuda:{torch.cuda.current_device()} (use torch.cuda.device)")
         values = self.program.param_values(params)
         descriptors, seen = self.program.array_values(arrays, num_reqs=num_reqs,
-                                                      num_heads=num_heads)
+                                                      num_heads=num_heads, host=self.host)
         for array in seen.values():
             if array.device_index is not None and device is not None and \
                     array.device_index != device:
@@ -635,22 +728,71 @@ class _Template(NamedTuple):
     """A checked call's fj_paged_attention_args around its pointers (Kernel._checked_args)."""
 
     head: bytes  # the bytes before q
-    middle: bytes  # the bytes between lse and sinks (the last field)
-    keep: object  # the ctypes arrays the struct points into
-    device: Optional[int]  # q's device: the default stream is torch's current one there
+    middle: bytes  # the bytes between lse and sinks
+    tail: bytes  # the bytes after v_scale (kv_scale_stride)
+    keep: object  # the ctypes arrays and scale memory the struct points into
+    device: Optional[int]  # q's CUDA device: the default stream is torch's current one there
+    k_scale: int  # the pointer of a k_scale given as a number (fixed), else 0: the tensor's
+    v_scale: int
 
 
-# The pointer fields q .. lse are consecutive, and sinks ends the struct: a call writes them
-# with one pack.
+# The pointer fields q .. lse are consecutive, and so are sinks, k_scale and v_scale, which only
+# kv_scale_stride follows: a call writes them with one pack.
 _PAGED_POINTERS_START = PagedAttentionArgs.q.offset
 _PAGED_POINTERS_END = PagedAttentionArgs.lse.offset + 8
 _PAGED_SINKS = PagedAttentionArgs.sinks.offset
+_PAGED_SCALES_END = PagedAttentionArgs.v_scale.offset + 8
 _PAGED_POINTERS = struct.Struct(
-    f"<{_PAGED_POINTERS_START}s8Q{_PAGED_SINKS - _PAGED_POINTERS_END}sQ")
+    f"<{_PAGED_POINTERS_START}s8Q{_PAGED_SINKS - _PAGED_POINTERS_END}s3Q"
+    f"{ctypes.sizeof(PagedAttentionArgs) - _PAGED_SCALES_END}s")
 assert [name for name, _ in PagedAttentionArgs._fields_[1:9]] == [
     "q", "out", "k_cache", "v_cache", "query_start_loc", "seq_lens", "block_table", "lse"]
 assert _PAGED_POINTERS_END - _PAGED_POINTERS_START == 8 * 8
+assert _PAGED_SCALES_END - _PAGED_SINKS == 3 * 8
 assert _PAGED_POINTERS.size == ctypes.sizeof(PagedAttentionArgs)
+
+
+def _scale_key(scale):
+    """A k_scale or v_scale as part of a geometry key (Kernel._checked_args): a number by its
+    type and bits (its memory is the template's), a tensor by its geometry (its pointer is
+    written at each call), None. Raises AttributeError for other objects (no kept call)."""
+    if scale is None:
+        return None
+    if isinstance(scale, numbers.Real):
+        return (type(scale), _DOUBLE.pack(float(scale)))
+    return scale.shape, scale.stride(), scale.dtype, scale.device
+
+
+_scale_tensors = {}  # (bits, CUDA device index) -> float32 [1] tensor of that value
+
+
+def _scale_array(name, scale, host, device_index):
+    """(object holding the memory, its Array) of k_scale or v_scale `scale`: an array as it is
+    (describe), or a number placed where the kernel reads it: a float32 of its own on the host
+    for a CPU kernel, else a one-element float32 tensor on CUDA device `device_index` (None:
+    the current one), made once per value and device and kept (which needs torch)."""
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        return scale, describe(scale, name)
+    value = float(scale)
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: {value} is not a finite number")
+    if host:
+        memory = (ctypes.c_float * 1)(value)
+        return memory, Array(name, ctypes.addressof(memory), (1,), (1,), "fp32", False, None)
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise TypeError(f"{name}: a number is placed in device memory with torch, which is not "
+                        f"imported; pass a float32 device array")
+    if device_index is None:
+        device_index = torch.cuda.current_device()
+    key = (_DOUBLE.pack(value), device_index)
+    memory = _scale_tensors.get(key)
+    if memory is None:
+        if len(_scale_tensors) >= 1024:  # the kept templates and launches keep their own
+            _scale_tensors.clear()
+        memory = _scale_tensors[key] = torch.tensor([value], dtype=torch.float32,
+                                                    device=f"cuda:{device_index}")
+    return memory, describe(memory, name)
 
 
 class _TorchCalls(NamedTuple):

@@ -6,14 +6,23 @@ Accepts PyTorch tensors (recognised without importing torch) and any object with
 
 from typing import NamedTuple, Optional, Tuple
 
+from ._capi import Dtype
+
 _TORCH_DTYPES = {
     "torch.bfloat16": "bf16",
     "torch.float16": "fp16",
     "torch.float32": "fp32",
     "torch.int32": "int32",
+    "torch.int64": "int64",
+    "torch.float8_e4m3fn": "fp8",
+    "torch.uint8": "uint8",
 }
-_TYPESTRS = {"<f2": ("fp16", 2), "<f4": ("fp32", 4), "<i4": ("int32", 4)}
+_TYPESTRS = {"<f2": ("fp16", 2), "<f4": ("fp32", 4), "<i4": ("int32", 4), "<i8": ("int64", 8),
+             "|u1": ("uint8", 1), "<u1": ("uint8", 1)}
 _ITEMSIZES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4}
+# What an fp8 (e4m3, the "fn" variant) K/V cache may be: torch.float8_e4m3fn, or uint8 bytes
+# holding e4m3 values (as vLLM allocates its fp8 caches).
+FP8_CACHE_DTYPES = ("fp8", "uint8")
 
 
 class Array(NamedTuple):
@@ -95,27 +104,64 @@ def _unit_last(a):
                          f"{a.strides}")
 
 
+def _check_where(arrays, host):
+    """Device arrays for a CUDA kernel; host memory for a CPU kernel (`host`): torch CPU tensors,
+    or stand-ins whose interface names no device."""
+    for a in arrays:
+        if host:
+            if a.is_cuda and a.device_index is not None:
+                raise ValueError(f"{a.name}: on cuda:{a.device_index}, but the kernel runs on "
+                                 f"the host (arch 'cpu'): pass host memory")
+        elif not a.is_cuda:
+            raise ValueError(f"{a.name}: not a CUDA device array")
+    _same_device(arrays)
+
+
+def _kv_layout_dims(kv_layout):
+    """(dimension names, slot dim, kv head dim) of a cache in kv_layout "NHD" or "HND"."""
+    if kv_layout not in ("NHD", "HND"):
+        raise ValueError(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+    if kv_layout == "NHD":
+        return "[num_blocks, page_size, num_kv_heads, head_dim]", 1, 2
+    return "[num_blocks, num_kv_heads, page_size, head_dim]", 2, 1
+
+
+def _cache_dtype(a, dtype, kv_dtype):
+    """Checks the dtype of cache `a`: kv_dtype "fp8" takes FP8_CACHE_DTYPES, else `dtype`."""
+    if kv_dtype == "fp8":
+        if a.dtype not in FP8_CACHE_DTYPES:
+            raise ValueError(f"{a.name}: dtype {a.dtype}, expected an fp8 cache "
+                             f"(torch.float8_e4m3fn, or uint8 holding e4m3 bytes) for kv_dtype "
+                             f"'fp8'")
+    elif a.dtype in FP8_CACHE_DTYPES:
+        raise ValueError(f"{a.name}: dtype {a.dtype} is an fp8 cache, but the K/V cache is "
+                         f"{dtype} here (an fp8 cache needs a kernel created with "
+                         f"kv_dtype='fp8')")
+    else:
+        _dtype(a, dtype)
+
+
 def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_table,
-                 query_start_loc, seq_lens, lse=None, sinks=None, kv_layout="NHD"):
+                 query_start_loc, seq_lens, lse=None, sinks=None, k_scale=None, v_scale=None,
+                 kv_layout="NHD", kv_dtype=None, host=False):
     """Checks the arrays of one paged attention call (docs/architecture.md#call-contract) and
     returns the fields of fj_paged_attention_args they determine (pointers, counts and strides in
     elements).
 
     q, out: [num_tokens, num_heads, head_dim]. k_cache, v_cache: [num_blocks, page_size,
     num_kv_heads, head_dim] for kv_layout "NHD", [num_blocks, num_kv_heads, page_size, head_dim]
-    for "HND"; any strides (a joint cache's [:, 0] / [:, 1] views work). block_table:
-    int32 [num_reqs, >= max blocks], query_start_loc int32 [num_reqs + 1], seq_lens int32
-    [num_reqs], lse float32 [num_tokens, num_heads] or None, sinks float32 [num_heads] or None
-    (sinks_pointer).
+    for "HND"; any strides (a joint cache's [:, 0] / [:, 1] views work); of `dtype`, or, with
+    kv_dtype "fp8", fp8 bytes (FP8_CACHE_DTYPES: their strides are bytes) dequantized by k_scale
+    and v_scale (scale_fields). block_table: int32 [num_reqs, >= max blocks], query_start_loc
+    int32 [num_reqs + 1], seq_lens int32 [num_reqs], lse float32 [num_tokens, num_heads] or None,
+    sinks float32 [num_heads] or None (sinks_pointer). `host`: the kernel runs on the CPU, so
+    the arrays are host memory (_check_where).
     """
-    if kv_layout not in ("NHD", "HND"):
-        raise ValueError(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+    kv_dims, slot_dim, head_dim_index = _kv_layout_dims(kv_layout)
+    kv_dtype = kv_dtype or dtype
     arrays = [q, out, k_cache, v_cache, block_table, query_start_loc, seq_lens]
-    arrays += [a for a in (lse, sinks) if a is not None]
-    for a in arrays:
-        if not a.is_cuda:
-            raise ValueError(f"{a.name}: not a CUDA device array")
-    _same_device(arrays)
+    arrays += [a for a in (lse, sinks, k_scale, v_scale) if a is not None]
+    _check_where(arrays, host)
 
     for a in (q, out):
         _rank(a, 3, "[num_tokens, num_heads, head_dim]")
@@ -127,12 +173,9 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
     if q_head_dim != head_dim:
         raise ValueError(f"q: head_dim {q_head_dim}, the kernel's is {head_dim}")
 
-    kv_dims = "[num_blocks, page_size, num_kv_heads, head_dim]" if kv_layout == "NHD" else \
-        "[num_blocks, num_kv_heads, page_size, head_dim]"
-    slot_dim, head_dim_index = (1, 2) if kv_layout == "NHD" else (2, 1)
     for a in (k_cache, v_cache):
         _rank(a, 4, kv_dims)
-        _dtype(a, dtype)
+        _cache_dtype(a, dtype, kv_dtype)
         _unit_last(a)
         if a.shape[3] != head_dim:
             raise ValueError(f"{a.name}: head_dim {a.shape[3]}, the kernel's is "
@@ -171,6 +214,7 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
         v_stride_block=v_cache.strides[0], v_stride_slot=v_cache.strides[slot_dim],
         v_stride_head=v_cache.strides[head_dim_index],
         block_table_stride=block_table.strides[0],
+        **scale_fields(kv_dtype, k_scale, v_scale, num_kv_heads),
     )
     if lse is not None:
         _rank(lse, 2, "[num_tokens, num_heads]")
@@ -180,6 +224,95 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
             raise ValueError(f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
         fields.update(lse=lse.ptr, lse_stride_token=lse.strides[0])
     return fields
+
+
+def scale_fields(kv_dtype, k_scale, v_scale, num_kv_heads):
+    """Checks the dequantization scales of a K/V cache of `kv_dtype` (Arrays or None) and
+    returns the fields k_scale, v_scale, kv_scale_stride (fj_paged_attention_args,
+    fj_kv_cache_write_args): an fp8 cache needs both, float32, 0-d or 1-D, of one element (per
+    tensor: stride 0) or num_kv_heads contiguous elements (per kv head: stride 1), both alike
+    since they share the stride, 4-byte aligned; a 16-bit cache takes none."""
+    if kv_dtype != "fp8":
+        for a in (k_scale, v_scale):
+            if a is not None:
+                raise ValueError(f"{a.name}: given for a {kv_dtype} K/V cache; scales "
+                                 f"dequantize an fp8 cache (kv_dtype='fp8')")
+        return dict(k_scale=0, v_scale=0, kv_scale_stride=0)
+    missing = [name for name, a in (("k_scale", k_scale), ("v_scale", v_scale)) if a is None]
+    if missing:
+        raise ValueError(f"{' and '.join(missing)}: required with an fp8 K/V cache (a number, "
+                         f"or float32 of 1 or num_kv_heads = {num_kv_heads} elements)")
+    counts = []
+    for a in (k_scale, v_scale):
+        if len(a.shape) > 1:
+            raise ValueError(f"{a.name}: shape {a.shape}, expected a 0-d or 1-D array of 1 or "
+                             f"num_kv_heads = {num_kv_heads} elements")
+        _dtype(a, "fp32")
+        count = a.shape[0] if a.shape else 1
+        if count not in (1, num_kv_heads):
+            raise ValueError(f"{a.name}: {count} elements, expected 1 (one scale for the cache) "
+                             f"or num_kv_heads = {num_kv_heads} (one per kv head)")
+        if count > 1 and a.strides[0] != 1:
+            raise ValueError(f"{a.name}: one scale per kv head must be contiguous, stride "
+                             f"{a.strides[0]}")
+        if a.ptr % 4 != 0:
+            raise ValueError(f"{a.name}: data pointer {a.ptr:#x} is not 4-byte aligned")
+        counts.append(count)
+    if counts[0] != counts[1]:
+        raise ValueError(f"k_scale has {counts[0]} element(s), v_scale {counts[1]}: they share "
+                         f"one kv_scale_stride, so give both one scale or both one per kv head")
+    return dict(k_scale=k_scale.ptr, v_scale=v_scale.ptr,
+                kv_scale_stride=0 if counts[0] == 1 else 1)
+
+
+def cache_write_fields(*, key, value, k_cache, v_cache, slot_mapping, k_scale=None,
+                       v_scale=None, kv_layout="NHD", host=False):
+    """Checks the arrays of one KV-cache write (fj_kv_cache_write) and returns the fields of
+    fj_kv_cache_write_args they determine, device aside. key, value: [num_tokens, num_kv_heads,
+    head_dim] bf16 or fp16; caches as paged_fields has them, of key's dtype (a copy) or fp8
+    (quantized with k_scale and v_scale, scale_fields); slot_mapping int64 [num_tokens]."""
+    kv_dims, slot_dim, head_dim_index = _kv_layout_dims(kv_layout)
+    arrays = [key, value, k_cache, v_cache, slot_mapping]
+    arrays += [a for a in (k_scale, v_scale) if a is not None]
+    _check_where(arrays, host)
+    for a in (key, value):
+        _rank(a, 3, "[num_tokens, num_kv_heads, head_dim]")
+        if a.dtype not in ("bf16", "fp16"):
+            raise ValueError(f"{a.name}: dtype {a.dtype}, expected bf16 or fp16")
+        _unit_last(a)
+    if value.shape != key.shape or value.dtype != key.dtype:
+        raise ValueError(f"value: {value.dtype} {value.shape} differs from key's {key.dtype} "
+                         f"{key.shape}")
+    num_tokens, num_kv_heads, head_dim = key.shape
+    fp8 = k_cache.dtype in FP8_CACHE_DTYPES
+    for a in (k_cache, v_cache):
+        _rank(a, 4, kv_dims)
+        _cache_dtype(a, key.dtype, "fp8" if fp8 else key.dtype)
+        _unit_last(a)
+        if (a.shape[head_dim_index], a.shape[3]) != (num_kv_heads, head_dim):
+            raise ValueError(f"{a.name}: shape {a.shape} (layout {kv_layout}) does not hold "
+                             f"{num_kv_heads} kv heads of {head_dim}, key's")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"v_cache: shape {v_cache.shape} differs from k_cache's {k_cache.shape}")
+    _rank(slot_mapping, 1, "[num_tokens]")
+    _dtype(slot_mapping, "int64")
+    _unit_last(slot_mapping)
+    if slot_mapping.shape[0] != num_tokens:
+        raise ValueError(f"slot_mapping: {slot_mapping.shape[0]} entries, key has {num_tokens} "
+                         f"tokens")
+    scales = scale_fields("fp8" if fp8 else key.dtype, k_scale, v_scale, num_kv_heads)
+    return dict(
+        key=key.ptr, value=value.ptr, k_cache=k_cache.ptr, v_cache=v_cache.ptr,
+        slot_mapping=slot_mapping.ptr, num_tokens=num_tokens, num_kv_heads=num_kv_heads,
+        head_dim=head_dim, page_size=k_cache.shape[slot_dim], num_blocks=k_cache.shape[0],
+        key_stride_token=key.strides[0], key_stride_head=key.strides[1],
+        value_stride_token=value.strides[0], value_stride_head=value.strides[1],
+        k_stride_block=k_cache.strides[0], k_stride_slot=k_cache.strides[slot_dim],
+        k_stride_head=k_cache.strides[head_dim_index],
+        v_stride_block=v_cache.strides[0], v_stride_slot=v_cache.strides[slot_dim],
+        v_stride_head=v_cache.strides[head_dim_index],
+        dtype=int(Dtype[key.dtype.upper()]), cache_dtype=int(Dtype.FP8_E4M3) if fp8 else 0,
+        **scales)
 
 
 def varlen_fields(*, head_dim, dtype, q, k, v, out, cu_seqlens, lse=None, sinks=None):
@@ -261,17 +394,17 @@ def _same_device(arrays):
 _INT32_MAX = 2**31 - 1
 
 
-def array_param_fields(a, *, dtype, dims, num_reqs, num_heads):
+def array_param_fields(a, *, dtype, dims, num_reqs, num_heads, host=False):
     """Checks runtime array parameter `a` (an Array) against its declaration and returns the
     fields of its fj_array: (data, rows, cols, row_stride).
 
     dtype: "int32" or "fp32" (from the param's type); dims: the declared dimension names, as
     many as its rank ("b" must cover num_reqs entries, "h" num_heads). A 1-D array has cols 1
     and row_stride its stride; a 2-D one needs contiguous rows (row_stride = its first stride).
+    `host`: for a CPU kernel, host memory (as paged_fields).
     """
     rank = len(dims)
-    if not a.is_cuda:
-        raise ValueError(f"{a.name}: not a CUDA device array")
+    _check_where([a], host)
     if len(a.shape) != rank:
         raise ValueError(f"{a.name}: declared {dtype}[{', '.join(dims)}] ({rank}-D), got shape "
                          f"{a.shape}")

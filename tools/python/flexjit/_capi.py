@@ -36,6 +36,14 @@ class Dtype(enum.IntEnum):
 
     FP16 = 1
     BF16 = 2
+    FP8_E4M3 = 3  # since 0.8: a K/V cache dtype only (kv_dtype, cache_dtype)
+
+
+class Device(enum.IntEnum):
+    """fj_device: where a context-level call (fj_kv_cache_write) runs."""
+
+    CUDA = 0
+    CPU = 1
 
 
 class ParamType(enum.IntEnum):
@@ -82,6 +90,7 @@ class KernelDesc(ctypes.Structure):
         ("score", ctypes.c_char_p),
         ("defines", ctypes.POINTER(Define)),
         ("num_defines", ctypes.c_uint32),
+        ("kv_dtype", ctypes.c_int),  # since 0.8; 0: dtype, FP8_E4M3: an fp8 cache
     ]
 
 
@@ -137,6 +146,10 @@ class PagedAttentionArgs(ctypes.Structure):
         ("workspace_bytes", ctypes.c_uint64),
         ("num_blocks", ctypes.c_int64),  # since 0.5; 0: unchecked
         ("sinks", ctypes.c_void_p),  # since 0.7; float32 [num_heads], null: no sinks
+        # Since 0.8: an fp8 cache's float32 scales, k_scale[kv_head * kv_scale_stride].
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
+        ("kv_scale_stride", ctypes.c_int32),
     ]
 
 
@@ -180,6 +193,41 @@ class VarlenAttentionArgs(ctypes.Structure):
         ("v_stride_batch", ctypes.c_int64),
         ("out_stride_batch", ctypes.c_int64),
         ("sinks", ctypes.c_void_p),  # since 0.7; float32 [num_heads], null: no sinks
+    ]
+
+
+class KvCacheWriteArgs(ctypes.Structure):
+    """fj_kv_cache_write_args."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("key", ctypes.c_void_p),
+        ("value", ctypes.c_void_p),
+        ("k_cache", ctypes.c_void_p),
+        ("v_cache", ctypes.c_void_p),
+        ("slot_mapping", ctypes.c_void_p),
+        ("num_tokens", ctypes.c_int32),
+        ("num_kv_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("num_blocks", ctypes.c_int64),
+        ("key_stride_token", ctypes.c_int64),
+        ("key_stride_head", ctypes.c_int64),
+        ("value_stride_token", ctypes.c_int64),
+        ("value_stride_head", ctypes.c_int64),
+        ("k_stride_block", ctypes.c_int64),
+        ("k_stride_slot", ctypes.c_int64),
+        ("k_stride_head", ctypes.c_int64),
+        ("v_stride_block", ctypes.c_int64),
+        ("v_stride_slot", ctypes.c_int64),
+        ("v_stride_head", ctypes.c_int64),
+        ("device", ctypes.c_int),  # fj_device, since 0.4
+        # Since 0.8: cache_dtype FP8_E4M3 quantizes `dtype` inputs with the scales.
+        ("dtype", ctypes.c_int),
+        ("cache_dtype", ctypes.c_int),
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
+        ("kv_scale_stride", ctypes.c_int32),
     ]
 
 
@@ -241,6 +289,7 @@ def _declare(lib):
         "fj_plan_update": (status, [ctypes.c_void_p, p(ctypes.c_int32), p(ctypes.c_int32),
                                     ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]),
         "fj_plan_run": (status, [ctypes.c_void_p, p(PagedAttentionArgs), ctypes.c_void_p]),
+        "fj_kv_cache_write": (status, [ctx, p(KvCacheWriteArgs), ctypes.c_void_p]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

@@ -16,6 +16,7 @@ the guards and the CUDA-graph rules. Importing flexjit does not import this modu
 """
 
 import ctypes
+import numbers
 import struct
 
 import torch
@@ -31,14 +32,16 @@ __all__ = ["register", "unregister", "lookup", "paged_attention", "varlen_attent
 # int or bool parameter's number must be integral), the array parameters as names and tensors;
 # `workspace` (uint8, CUDA) is fj_*_attention_args.workspace, needed to capture a launch whose
 # variant reads arrays along a position dimension. `sinks` (float32 [num_heads], since 0.7)
-# comes last with a default, so calls written for the schemas without it still match.
+# comes last with a default, so calls written for the schemas without it still match; so do
+# `k_scale` and `v_scale` after it (since 0.8: an fp8 cache's float32 scales, 1 or num_kv_heads
+# elements) in the operators that read a paged cache.
 SCHEMAS = {
     "paged_attention":
         "(str kernel, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
         "Tensor query_start_loc, Tensor seq_lens, Tensor(a!) out, Tensor(b!)? lse, "
         "SymInt max_query_len, float scale, str kv_layout, str[] param_names, "
         "float[] param_values, str[] array_names, Tensor[] arrays, Tensor(c!)? workspace, "
-        "Tensor? sinks=None) -> ()",
+        "Tensor? sinks=None, Tensor? k_scale=None, Tensor? v_scale=None) -> ()",
     "varlen_attention":
         "(str kernel, Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, Tensor(a!) out, "
         "Tensor(b!)? lse, SymInt max_seq_len, float scale, str[] param_names, "
@@ -48,7 +51,8 @@ SCHEMAS = {
         "(str plan, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
         "Tensor query_start_loc, Tensor seq_lens, Tensor(a!) out, Tensor(b!)? lse, "
         "float scale, str kv_layout, str[] param_names, float[] param_values, "
-        "str[] array_names, Tensor[] arrays, Tensor(c!)? workspace, Tensor? sinks=None) -> ()",
+        "str[] array_names, Tensor[] arrays, Tensor(c!)? workspace, Tensor? sinks=None, "
+        "Tensor? k_scale=None, Tensor? v_scale=None) -> ()",
     # flexjit.flex_attention's launch on [B, H, S, D] tensors (the batch and head strides, the
     # query and key lengths are read from q, k, v, out as they are at the call); `kernel` is
     # a key of flexjit.flex.prepare_op, lse float32 [B, Sq, Hq], scale 0: 1/sqrt(D), sinks
@@ -96,7 +100,7 @@ def lookup(key, kind=None):
     return target
 
 
-# --- the operators' implementations (CUDA) ------------------------------------------------------
+# --- the operators' implementations (CUDA; paged_attention also CPU) -----------------------------
 
 def _named_params(program, names, values):
     """{name: value} for Program.param_values from the operator's two lists: int and bool
@@ -142,7 +146,7 @@ def _params_key(names, values):
 
 def _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
               lse, sinks, max_query_len, scale, kv_layout, param_names, param_values,
-              array_names, arrays, workspace):
+              array_names, arrays, workspace, k_scale, v_scale):
     """Kernel._template from the operator's lists (prepare()'s checks), with the workspace."""
     args, stream = kernel._template(
         key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
@@ -150,7 +154,7 @@ def _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc, se
         (_named_params(kernel.program, param_names, param_values)
          if param_names or param_values else None),
         _named_arrays(array_names, arrays) if array_names or arrays else None, scale,
-        kv_layout)
+        kv_layout, k_scale, v_scale)
     _use_workspace(args, workspace)
     return ctypes.byref(args), stream
 
@@ -164,11 +168,13 @@ def _with_workspace(data, workspace):
 
 # The paged implementations run on every eager call of the operators: Kernel._checked_args
 # finds the checks of an earlier call of the same geometry (calls with array parameters run
-# every check), and the launch goes out without another layer of calls.
+# every check), and the launch goes out without another layer of calls. paged_attention also
+# runs CPU kernels (arch "cpu") over CPU tensors.
 
 def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                           out, lse, max_query_len, scale, kv_layout, param_names, param_values,
-                          array_names, arrays, workspace, sinks=None):
+                          array_names, arrays, workspace, sinks=None, k_scale=None,
+                          v_scale=None):
     target = _registry.get(kernel)
     if not isinstance(target, Kernel):
         target = lookup(kernel, Kernel)  # raises
@@ -177,11 +183,13 @@ def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_
         data, stream, key = target._checked_args(
             q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
             max_query_len, scale, kv_layout,
-            _params_key(param_names, param_values) if param_names or param_values else ())
+            _params_key(param_names, param_values) if param_names or param_values else (),
+            k_scale, v_scale)
     if data is None:
         data, stream = _template(target, key, q, k_cache, v_cache, block_table, query_start_loc,
                                  seq_lens, out, lse, sinks, max_query_len, scale, kv_layout,
-                                 param_names, param_values, array_names, arrays, workspace)
+                                 param_names, param_values, array_names, arrays, workspace,
+                                 k_scale, v_scale)
     elif workspace is not None:
         data = _with_workspace(data, workspace)
     status = target._paged_call(target._handle_arg, data, _stream_arg(stream) if stream else None)
@@ -203,7 +211,7 @@ def _varlen_attention_impl(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, s
 
 def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
                    scale, kv_layout, param_names, param_values, array_names, arrays, workspace,
-                   sinks=None):
+                   sinks=None, k_scale=None, v_scale=None):
     target = _registry.get(plan)
     if not isinstance(target, Plan):
         target = lookup(plan, Plan)  # raises
@@ -215,11 +223,12 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
         data, stream, key = kernel._checked_args(
             q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks, 0,
             scale, kv_layout,
-            _params_key(param_names, param_values) if param_names or param_values else ())
+            _params_key(param_names, param_values) if param_names or param_values else (),
+            k_scale, v_scale)
     if data is None:
         data, stream = _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc,
                                  seq_lens, out, lse, sinks, 0, scale, kv_layout, param_names,
-                                 param_values, array_names, arrays, workspace)
+                                 param_values, array_names, arrays, workspace, k_scale, v_scale)
     elif workspace is not None:
         data = _with_workspace(data, workspace)
     target._run_data(data, stream)
@@ -264,6 +273,15 @@ def _fake_checks(q, out, lse, sinks):
     _fake_sinks(sinks, q.shape[1])
 
 
+def _fake_scales(k_scale, v_scale):
+    """What the fakes check of an fp8 cache's scales (None, or float32 of rank 0 or 1)."""
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is not None:
+            torch._check(scale.dim() <= 1 and scale.dtype == torch.float32,
+                         lambda: f"flexjit: {name} is {scale.dtype} {tuple(scale.shape)}, "
+                         f"expected float32 of 1 or num_kv_heads elements")
+
+
 def _fake_sinks(sinks, num_heads):
     """What the fakes check of sinks (None, or float32 [num_heads])."""
     if sinks is not None:
@@ -276,8 +294,10 @@ def _fake_sinks(sinks, num_heads):
 
 def _paged_attention_fake(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                           out, lse, max_query_len, scale, kv_layout, param_names, param_values,
-                          array_names, arrays, workspace, sinks=None):
+                          array_names, arrays, workspace, sinks=None, k_scale=None,
+                          v_scale=None):
     _fake_checks(q, out, lse, sinks)
+    _fake_scales(k_scale, v_scale)
 
 
 def _varlen_attention_fake(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, scale,
@@ -288,8 +308,9 @@ def _varlen_attention_fake(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, s
 
 def _plan_run_fake(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
                    scale, kv_layout, param_names, param_values, array_names, arrays, workspace,
-                   sinks=None):
+                   sinks=None, k_scale=None, v_scale=None):
     _fake_checks(q, out, lse, sinks)
+    _fake_scales(k_scale, v_scale)
 
 
 def _flex_attention_fake(kernel, q, k, v, out, lse, scale, param_names, param_values,
@@ -317,6 +338,9 @@ _IMPLS = {"paged_attention": (_paged_attention_impl, _paged_attention_fake),
           "flex_attention": (_flex_attention_impl, _flex_attention_fake),
           "varlen_attention": (_varlen_attention_impl, _varlen_attention_fake),
           "plan_run": (_plan_run_impl, _plan_run_fake)}
+# The operators whose implementation also runs on CPU tensors (a kernel created with arch
+# "cpu"); plans are CUDA only, and flex_attention on CPU tensors calls its kernel directly.
+_CPU_IMPLS = ("paged_attention",)
 
 
 def _define():
@@ -326,6 +350,8 @@ def _define():
         impl, fake = _IMPLS[name]
         library.define(name + schema)
         library.impl(name, impl, "CUDA")
+        if name in _CPU_IMPLS:
+            library.impl(name, impl, "CPU")
         register_fake("flexjit::" + name, fake, lib=library)
     return library
 
@@ -345,6 +371,18 @@ prepare_flex = torch._dynamo.assume_constant_result(_flex.prepare_op)
 
 # --- Python entry points (traceable by torch.compile) -----------------------------------------
 
+def _scale_tensor(name, scale, like):
+    """k_scale or v_scale for the operators: a tensor as it is, a number as a one-element
+    float32 tensor on like's device (made at each call, by a fill that a CUDA graph captures
+    with the value), None."""
+    if scale is None or isinstance(scale, torch.Tensor):
+        return scale
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{name}: expected a number or a float32 tensor, got "
+                        f"{type(scale).__name__}")
+    return torch.full((1,), float(scale), dtype=torch.float32, device=like.device)
+
+
 def _split(params, arrays):
     params = params or {}
     arrays = arrays or {}
@@ -356,16 +394,19 @@ def _split(params, arrays):
 
 def paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
                     max_query_len, out=None, lse=None, sinks=None, params=None, arrays=None,
-                    scale=0.0, kv_layout="NHD", workspace=None):
+                    scale=0.0, kv_layout="NHD", workspace=None, k_scale=None, v_scale=None):
     """torch.ops.flexjit.paged_attention with Kernel.__call__'s arguments; `kernel` is a key
     given to register(). `max_query_len` (the longest query, a host int) is required: reading
-    it from query_start_loc would synchronise. Returns `out` (a new tensor like q if None)."""
+    it from query_start_loc would synchronise. `k_scale`, `v_scale`: an fp8 cache's scales,
+    tensors (or numbers, made tensors at each call). Returns `out` (a new tensor like q if
+    None)."""
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
     _paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
                      lse, max_query_len, float(scale), kv_layout, names, values, array_names,
-                     tensors, workspace, sinks)
+                     tensors, workspace, sinks, _scale_tensor("k_scale", k_scale, q),
+                     _scale_tensor("v_scale", v_scale, q))
     return out
 
 
@@ -383,15 +424,17 @@ def varlen_attention(kernel, q, k, v, cu_seqlens, *, max_seq_len, out=None, lse=
 
 def plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out=None,
              lse=None, sinks=None, params=None, arrays=None, scale=0.0, kv_layout="NHD",
-             workspace=None):
+             workspace=None, k_scale=None, v_scale=None):
     """torch.ops.flexjit.plan_run: Plan.run over these tensors, the batch of the plan's last
     update (`plan` is a key given to register()). Capturable in a CUDA graph; update the plan
-    outside the capture (Plan.update). Returns `out`."""
+    outside the capture (Plan.update). `k_scale`, `v_scale` as paged_attention's. Returns
+    `out`."""
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
     _plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-              float(scale), kv_layout, names, values, array_names, tensors, workspace, sinks)
+              float(scale), kv_layout, names, values, array_names, tensors, workspace, sinks,
+              _scale_tensor("k_scale", k_scale, q), _scale_tensor("v_scale", v_scale, q))
     return out
 
 

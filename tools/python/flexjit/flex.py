@@ -22,7 +22,7 @@ __all__ = ["flex_attention", "flex_attention_paged", "compile_flex", "FlexKernel
 _lock = threading.Lock()
 _context = None
 _traces = {}  # trace.cache_key -> TracedProgram
-_kernels = {}  # (source, head_dim, dtype, page_size, arch) -> (Program, Kernel)
+_kernels = {}  # (source, head_dim, dtype, page_size, arch, kv_dtype) -> (Program, Kernel)
 _CACHE_LIMIT = 256
 
 
@@ -58,7 +58,8 @@ def traced_program(mask_mod=None, score_mod=None):
 
 class FlexKernel:
     """A traced mask_mod/score_mod compiled for one head dim, dtype, page size (0: contiguous
-    [B, H, S, D]) and architecture ("cpu": the CPU backend over host memory)."""
+    [B, H, S, D]), architecture ("cpu": the CPU backend over host memory) and K/V cache dtype
+    (a paged fp8 cache: kv_dtype "fp8")."""
 
     def __init__(self, traced, program, kernel, arch):
         self.traced, self.program, self.kernel, self.arch = traced, program, kernel, arch
@@ -281,20 +282,22 @@ def _contiguous_bytes(shape, item):
 
 
 def compile_flex(mask_mod=None, score_mod=None, *, head_dim, dtype="bf16", page_size=0,
-                 arch=None):
+                 arch=None, kv_dtype=None):
     """The FlexKernel of the traced pair (traces and kernels are cached: a function of the same
-    code and capture structure, even with other tensor values, reuses both)."""
+    code and capture structure, even with other tensor values, reuses both). `kv_dtype`:
+    "fp8" for a paged fp8 cache (Context.kernel's), None: the cache is `dtype`."""
     traced = traced_program(mask_mod, score_mod)
-    from . import _dtype_name
+    from . import _dtype_name, _kv_dtype_name
     dtype = _dtype_name(dtype)
-    key = (traced.source, head_dim, dtype, page_size, arch)
+    kv_dtype = _kv_dtype_name(kv_dtype, dtype)
+    key = (traced.source, head_dim, dtype, page_size, arch, kv_dtype)
     with _lock:
         found = _kernels.get(key)
     if found is None:
         context = _default_context()
         program = context.program(traced.source, name="traced.mask")
         kernel = context.kernel(program, traced.mask, score=traced.score, head_dim=head_dim,
-                                dtype=dtype, page_size=page_size, arch=arch)
+                                dtype=dtype, page_size=page_size, arch=arch, kv_dtype=kv_dtype)
         found = (program, kernel)
         with _lock:
             _remember(_kernels, key, found)
@@ -465,16 +468,25 @@ def op_values(bindings, mask_mod, score_mod, device):
     return names, values, array_names, arrays
 
 
+def _cache_kv_dtype(k_cache):
+    """The kernel kv_dtype a torch K cache asks for: "fp8" for torch.float8_e4m3fn or uint8
+    (e4m3 bytes), else None (the cache is q's dtype)."""
+    return "fp8" if str(k_cache.dtype) in ("torch.float8_e4m3fn", "torch.uint8") else None
+
+
 def flex_attention_paged(query, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
                          score_mod=None, mask_mod=None, scale=None, max_query_len=None,
-                         kv_layout="NHD", out=None, lse=None, sinks=None, plan=None):
-    """The traced pair over vLLM's paged KV cache (Kernel.__call__'s arguments, CUDA tensors):
-    query [num_tokens, Hq, D], caches [blocks, page, Hkv, D] ("NHD") or [blocks, Hkv, page, D]
-    ("HND"), block_table, query_start_loc, seq_lens int32, sinks float32 [Hq] or None (as
-    flex_attention's). `b` is the request and q_idx the query's logical position (seq_len -
-    query_len + its row in the request: a decode step's query sees the position after its
-    history), as every paged call (docs/architecture.md#call-contract). Returns out (and fills
-    lse when given).
+                         kv_layout="NHD", out=None, lse=None, sinks=None, plan=None,
+                         k_scale=None, v_scale=None):
+    """The traced pair over vLLM's paged KV cache (Kernel.__call__'s arguments, CUDA tensors,
+    or CPU tensors for the CPU backend): query [num_tokens, Hq, D], caches [blocks, page, Hkv,
+    D] ("NHD") or [blocks, Hkv, page, D] ("HND"), block_table, query_start_loc, seq_lens int32,
+    sinks float32 [Hq] or None (as flex_attention's). `b` is the request and q_idx the query's
+    logical position (seq_len - query_len + its row in the request: a decode step's query sees
+    the position after its history), as every paged call (docs/architecture.md#call-contract).
+    An fp8 cache (torch.float8_e4m3fn, or uint8 e4m3 bytes) takes its dequantization scales
+    `k_scale` and `v_scale` (numbers, or float32 tensors of 1 or Hkv elements), and the kernel
+    is compiled for it. Returns out (and fills lse when given).
 
     With `plan` (a FlexPlan of the same functions, from flex_plan), the batch its last update()
     described runs planned (split-KV decode) through torch.ops.flexjit.plan_run: no host-device
@@ -485,21 +497,24 @@ def flex_attention_paged(query, k_cache, v_cache, block_table, query_start_loc, 
     _forward_only(query, k_cache, v_cache, sinks)
     if plan is not None:
         return _planned(plan, query, k_cache, v_cache, block_table, query_start_loc, seq_lens,
-                        mask_mod, score_mod, scale, kv_layout, out, lse, sinks)
+                        mask_mod, score_mod, scale, kv_layout, out, lse, sinks, k_scale,
+                        v_scale)
     page_size = k_cache.shape[1] if kv_layout == "NHD" else k_cache.shape[2]
-    with torch.cuda.device(query.device):
+    host = query.device.type == "cpu"
+    with contextlib.nullcontext() if host else torch.cuda.device(query.device):
         kernel = compile_flex(mask_mod, score_mod, head_dim=query.shape[-1],
-                              dtype=_kernel_dtype(query), page_size=page_size)
+                              dtype=_kernel_dtype(query), page_size=page_size,
+                              arch="cpu" if host else None, kv_dtype=_cache_kv_dtype(k_cache))
         params, arrays = kernel.paged_arguments(mask_mod, score_mod, query.device)
         return kernel.kernel(query, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                              out=out, lse=lse, sinks=sinks, max_query_len=max_query_len,
                              params=params, arrays=arrays,
                              scale=float(scale) if scale is not None else 0.0,
-                             kv_layout=kv_layout)
+                             kv_layout=kv_layout, k_scale=k_scale, v_scale=v_scale)
 
 
 def _planned(plan, query, k_cache, v_cache, block_table, query_start_loc, seq_lens, mask_mod,
-             score_mod, scale, kv_layout, out, lse, sinks):
+             score_mod, scale, kv_layout, out, lse, sinks, k_scale, v_scale):
     """flex_attention_paged(plan=): the checks that tie the call to the plan, then
     torch.ops.flexjit.plan_run with the plan's workspace."""
     if not isinstance(plan, FlexPlan):
@@ -526,7 +541,8 @@ def _planned(plan, query, k_cache, v_cache, block_table, query_start_loc, seq_le
                                    query_start_loc, seq_lens, out=out, lse=lse, sinks=sinks,
                                    params=params, arrays=arrays,
                                    scale=float(scale) if scale is not None else 0.0,
-                                   kv_layout=kv_layout, workspace=workspace)
+                                   kv_layout=kv_layout, workspace=workspace, k_scale=k_scale,
+                                   v_scale=v_scale)
 
 
 class FlexPlan:
@@ -611,13 +627,14 @@ def _shape_value(name, value, minimum):
 
 
 def flex_plan(mask_mod=None, score_mod=None, *, num_heads, num_kv_heads, head_dim, max_num_reqs,
-              max_query_len=1, max_num_tokens=None, dtype="bf16", page_size=16, device=None):
+              max_query_len=1, max_num_tokens=None, dtype="bf16", page_size=16, device=None,
+              kv_dtype=None):
     """A FlexPlan of the traced pair's paged kernel for batches of at most `max_num_reqs`
     requests, `max_num_tokens` query tokens (default max_num_reqs * max_query_len) and
     `max_query_len` tokens per request (1: decode only), with num_heads query heads over
-    num_kv_heads; made on CUDA device `device` (default: the current one). Compiles the
-    kernel (cached as compile_flex's) and its split-KV decode kernel, and allocates the plan's
-    device memory."""
+    num_kv_heads; made on CUDA device `device` (default: the current one). `kv_dtype` "fp8":
+    for an fp8 cache (runs then take k_scale and v_scale). Compiles the kernel (cached as
+    compile_flex's) and its split-KV decode kernel, and allocates the plan's device memory."""
     shape = dict(max_num_reqs=_shape_value("max_num_reqs", max_num_reqs, 0),
                  max_query_len=_shape_value("max_query_len", max_query_len, 0),
                  num_heads=_shape_value("num_heads", num_heads, 1),
@@ -636,6 +653,6 @@ def flex_plan(mask_mod=None, score_mod=None, *, num_heads, num_kv_heads, head_di
         import torch
     with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
         kernel = compile_flex(mask_mod, score_mod, head_dim=head_dim, dtype=dtype,
-                              page_size=page_size)
+                              page_size=page_size, kv_dtype=kv_dtype)
         plan = kernel.kernel.plan(**shape)
         return FlexPlan(kernel, plan, torch.cuda.current_device() if torch is not None else None)
