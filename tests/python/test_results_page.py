@@ -179,6 +179,33 @@ class PageTest(unittest.TestCase):
         self.assertIn("≥ 1.3× flex_attention: 1.50× met ✓", cells[4])
         self.assertIn("- fa4 mask_mod on family_8k_dilated: mask_mod on every tile", page)
 
+    def test_fp8_beside_bf16_and_the_copy_floor(self):
+        name = "fp8_decode_b64_16k_p16"
+        rows = [row(name, "flexjit page 16", 1.0, tokens_s=64000.0, gbps=2150.0),
+                row(name, "bf16 cache (flexjit page 16)", 1.6, tokens_s=40000.0,
+                    diff_flexjit=0.001),
+                row(name, "copy floor fp8", 0.8, tokens_s=80000.0,
+                    note="page_read's head reader"),
+                row(name, "copy floor bf16", 1.5, tokens_s=42666.7)]
+        parts = R.split_by_family({"meta": META, "rows": rows, "metadata": []})
+        self.assertEqual(list(parts), ["fp8"])
+        page = R.render(parts)
+        header = [c.strip() for c in line_of(page, "| workload |").strip("|").split(" | ")]
+        self.assertEqual(header, ["workload", "flexjit", "bf16 cache (flexjit page 16)",
+                                  "copy floor fp8", "copy floor bf16", "targets"])
+        cells = [c.strip() for c in line_of(page, f"| {name} |").strip("|").split(" | ")]
+        self.assertEqual(cells[1], "64000 (page 16); GB/s of K/V read 2150")
+        # fp8's speed over bf16's (1.6 ms / 1.0 ms) and over the floors'.
+        self.assertEqual(cells[2], "40000 (flexjit 1.60×, Δ 0.001)")
+        self.assertEqual(cells[3], "80000 (flexjit 0.80×)")
+        self.assertEqual(cells[4], "42667 (flexjit 1.50×)")
+        # Issue 34's targets: 0.97x the fp8 copy floor, 1.8x the bf16 cache.
+        self.assertIn("≥ 0.97× copy floor fp8: 0.80× missed ✗", cells[5])
+        self.assertIn("≥ 1.8× bf16 cache (flexjit page 16): 1.60× missed ✗", cells[5])
+        self.assertIn("No peer here takes an fp8 paged cache", page)
+        self.assertIn("[FP8 (e4m3) K/V cache beside bf16 (issue 34)](#fp8): targets 0 met, "
+                      "2 missed", page)
+
     def test_host_time_against_an_empty_ops_floor(self):
         rows = [{"workload": "overhead_torch_op", "impl": "flexjit", "measure": "op",
                  "value": 14.0, "min": 13.0, "unit": "us"},

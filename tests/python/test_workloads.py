@@ -76,6 +76,28 @@ class WorkloadTableTest(unittest.TestCase):
             self.assertIn(w.mask, W.MASKS)
             self.assertTrue(w.score is None or w.score in W.SCORES)
 
+    def test_fp8_workloads_take_the_bf16_shapes(self):
+        ws = {w.name: w for w in W.workloads()}
+        for page in (16, 64):
+            for name, bf16 in ((f"fp8_decode_b64_16k_p{page}", ws["decode_b64_16k"]),
+                               (f"fp8_prefill_causal_16k_p{page}", ws["prefill_causal_16k"])):
+                with self.subTest(name):
+                    w = ws[name]
+                    self.assertEqual((w.kv_dtype, w.page_sizes), ("fp8", (page,)))
+                    self.assertEqual((w.kind, w.requests, w.head_dim, w.num_heads,
+                                      w.num_kv_heads, w.flexjit_mask, w.mask),
+                                     (bf16.kind, bf16.requests, bf16.head_dim, bf16.num_heads,
+                                      bf16.num_kv_heads, bf16.flexjit_mask, bf16.mask))
+                    # One byte per element, unless asked for bf16's two.
+                    self.assertEqual(2 * W.kv_bytes(w), W.kv_bytes(bf16))
+                    self.assertEqual(W.kv_bytes(w, 2), W.kv_bytes(bf16))
+                    self.assertIsNone(w.sdpa)
+        self.assertEqual({w.name for w in W.select(W.workloads(), only="fp8")},
+                         {"fp8_decode_b64_16k_p16", "fp8_decode_b64_16k_p64",
+                          "fp8_prefill_causal_16k_p16", "fp8_prefill_causal_16k_p64"})
+        self.assertIn("64×(1×16384), hd 128, 32/8 heads, fp8 cache",
+                      W.workload_table([ws["fp8_decode_b64_16k_p16"]]))
+
     def test_select(self):
         ws = W.workloads()
         self.assertLess(len(W.select(ws, quick=True)), len(ws))
@@ -175,13 +197,16 @@ class FlexjitArgumentsTest(unittest.TestCase):
                         self.assertGreaterEqual(extent, need, dim)
                 if "bits_seed" in w.params:  # built by bench.py: [seq_len, seq_len / 32]
                     self.assertEqual(program.param_info("bits").type, ParamType.INT_ARRAY)
-                key = (w.flexjit_mask, tuple(sorted(W.flexjit_defines(w).items())))
+                key = (w.flexjit_mask, tuple(sorted(W.flexjit_defines(w).items())),
+                       w.kv_dtype)
                 if key not in compiled:
                     kernel = ctx.kernel(program, w.flexjit_mask, defines=W.flexjit_defines(w),
-                                        arch="sm_90a")
+                                        arch="sm_90a", kv_dtype=w.kv_dtype)
                     self.assertIn(w.flexjit_mask, kernel.name)
+                    self.assertEqual("_kvfp8_" in kernel.name, w.kv_dtype == "fp8", kernel.name)
                     compiled.add(key)
-        self.assertEqual({mask for mask, _ in compiled},
+        self.assertIn(("causal", (), "fp8"), compiled)
+        self.assertEqual({mask for mask, _, _ in compiled},
                          {"causal", "sliding", "prefix_lm", "rswa", "document", "causal_softcap",
                           "causal_alibi", "causal_t5"} | set(W.FAMILY_MASKS))
 

@@ -4,7 +4,7 @@ same run (issues 7 and 28).
 
     PYTHONPATH=tools/python python3 tools/bench/bench.py [--quick] [--only NAME[,NAME]]
         [--json PATH] [--report PATH] [--no-fa4] [--fa4-pages LIST] [--flexjit-cli PATH]
-        [--time-limit S]
+        [--page-read PATH] [--time-limit S]
 
 `--only family` runs the element-wise family (tools/bench/family.mask), `--only standard`
 everything else; other words select workloads by name.
@@ -41,18 +41,30 @@ block_mask_first_ms, compile_s (flex). Added by issue 28:
   not in ms), block_sparsity_first_ms (its first call, compile included), compile_s (the first
   attention call, s, compile included), fa4_version;
 - runs_scale of the workload is in the metadata rows (the family times half the usual runs).
+Added by issue 34 (the fp8 cache):
+- tokens_s on every timed row: query tokens of the workload / time (10^0/s);
+- the fp8 workloads (fp8_*, workloads.fp8_workloads) run flexjit over an fp8 (e4m3) cache (impl
+  "flexjit page N", kv_bytes and gbps of fp8 bytes) beside flexjit over a bf16 cache holding
+  the same values ("bf16 cache (flexjit page N)", a peer: the keys and values are quantized to
+  e4m3 with power-of-two scales first, so both caches hold them exactly and the reference is
+  theirs) and, for decode, the copy floor of either cache ("copy floor fp8", "copy floor bf16":
+  tools/dev/page_read's head reader over a shuffled table at the workload's page; readers: the
+  median ms of each reader). No other peer takes an fp8 paged cache.
 """
 
 import argparse
 import ctypes
 import datetime
+import hashlib
 import json
 import math
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -230,6 +242,14 @@ class Inputs:
             return torch.randn(shape, generator=gen, device="cuda", dtype=DTYPE)
 
         self.q_p, self.k_p, self.v_p = randn(shape_q), randn(shape_kv), randn(shape_kv)
+        # An fp8 workload's keys and values are e4m3 values times a power of two (fp8_values):
+        # its fp8 cache, the bf16 cache beside it and the reference all hold the same numbers.
+        self.kv_scales = None
+        if w.kv_dtype == "fp8":
+            (self.k_p, k_scale), (self.v_p, v_scale) = fp8_values(self.k_p), fp8_values(self.v_p)
+            self.kv_scales = (k_scale, v_scale)
+            self.k_scale, self.v_scale = (torch.tensor([x], dtype=torch.float32, device="cuda")
+                                          for x in self.kv_scales)
         self.q = self.q_p.transpose(1, 2).reshape(-1, H, D).contiguous()
         self.P = torch_params(w, "cuda")
         self.meta = {
@@ -253,8 +273,9 @@ class Inputs:
             return tensor[r][:, rows]
         return tensor[0][:, [self.qsl[r] + t for t in rows]]
 
-    def paged(self, page_size):
-        """(joint cache, block table) for page_size, in CACHE_LAYOUT."""
+    def paged(self, page_size, kv_dtype="bf16"):
+        """(joint cache, block table) for page_size, in CACHE_LAYOUT; kv_dtype "fp8": the cache
+        in e4m3 bytes (torch.float8_e4m3fn) of the values divided by their scale."""
         w = self.w
         rows, num_blocks = W.block_table(self.seq_lens, page_size, seed=page_size,
                                          run=CACHE_LAYOUT["block_run"],
@@ -275,11 +296,28 @@ class Inputs:
                 padded[:seq_len] = keys
                 cache[physical, which] = padded.view(n, page_size, *keys.shape[1:])
         table = torch.tensor(rows, dtype=torch.int32, device="cuda")
+        if kv_dtype == "fp8":
+            fp8 = torch.empty_like(cache, dtype=torch.float8_e4m3fn)
+            for which, scale in enumerate(self.kv_scales):  # exact: see fp8_values
+                fp8[:, which].copy_((cache[:, which] / scale).to(torch.float8_e4m3fn))
+            del cache
+            return fp8, table
         return cache, table
 
     def to_tokens(self, out_p):
         """A peer output [B, H, S, D] as flexjit's [tokens, H, D]."""
         return out_p.transpose(1, 2).reshape(-1, self.w.num_heads, self.w.head_dim)
+
+
+def fp8_values(tensor):
+    """(tensor's values rounded to e4m3 times a power-of-two scale, as bf16; the scale): the
+    scale is the smallest power of two that keeps the largest |value| / scale within e4m3's
+    448, so dividing by it, rounding to e4m3 and multiplying back are exact in bf16 (e4m3's 3
+    mantissa bits and exponents fit bf16's)."""
+    largest = tensor.abs().max().item()
+    scale = 2.0 ** math.ceil(math.log2(largest / W.FP8_MAX)) if largest > 0 else 1.0
+    rounded = (tensor / scale).to(torch.float8_e4m3fn).to(tensor.dtype) * scale
+    return rounded, scale
 
 
 # --- the fp32 reference --------------------------------------------------------------------------
@@ -339,11 +377,15 @@ def flexjit_arrays(w, device, P=None):
     return scalars, arrays
 
 
-def make_flexjit(ctx, program, inputs, page_size, copies):
+def make_flexjit(ctx, program, inputs, page_size, copies, kv_dtype="bf16"):
+    """flexjit over the workload's paged cache at page_size, its K/V in kv_dtype ("bf16", or
+    "fp8": inputs.paged's e4m3 bytes, read with the inputs' scales)."""
     w = inputs.w
+    scales = dict(k_scale=inputs.k_scale, v_scale=inputs.v_scale) if kv_dtype == "fp8" else {}
     try:
         kernel = ctx.kernel(program, w.flexjit_mask, defines=W.flexjit_defines(w),
-                            head_dim=w.head_dim, dtype="bf16", page_size=page_size)
+                            head_dim=w.head_dim, dtype="bf16", page_size=page_size,
+                            kv_dtype=kv_dtype)
     except flexjit.FlexjitError as error:
         if error.status in (flexjit.Status.NOT_FOUND, flexjit.Status.UNSUPPORTED):
             raise NotAvailable(error.message.strip().splitlines()[0]) from None
@@ -355,7 +397,7 @@ def make_flexjit(ctx, program, inputs, page_size, copies):
             program.param_info(name)
     except (TypeError, flexjit.FlexjitError) as error:
         raise NotAvailable(f"parameters: {getattr(error, 'message', error)}") from None
-    cache, table = inputs.paged(page_size)
+    cache, table = inputs.paged(page_size, kv_dtype)
     launches = []
     for i in range(copies):
         q = inputs.q if i == 0 else inputs.q.clone()
@@ -364,9 +406,9 @@ def make_flexjit(ctx, program, inputs, page_size, copies):
                                        inputs.meta["query_start_loc"], inputs.meta["seq_lens"],
                                        out=torch.empty_like(q),
                                        max_query_len=inputs.max_query_len, params=params,
-                                       arrays=arrays, sinks=inputs.sinks))
+                                       arrays=arrays, sinks=inputs.sinks, **scales))
     stream = torch.cuda.current_stream().cuda_stream
-    extra = {}
+    extra = {"kv_bytes": W.kv_bytes(w, 1 if kv_dtype == "fp8" else 2)}
     if w.kind == "prefill":
         def fn(i):
             launches[i].launch(stream)
@@ -409,7 +451,7 @@ def make_flexjit(ctx, program, inputs, page_size, copies):
     def call():
         kernel(inputs.q, cache[:, 0], cache[:, 1], table, inputs.meta["query_start_loc"],
                inputs.meta["seq_lens"], out=launches[0].out, max_query_len=inputs.max_query_len,
-               params=params, arrays=arrays, sinks=inputs.sinks)
+               params=params, arrays=arrays, sinks=inputs.sinks, **scales)
 
     extra.update({"kernel": kernel.name,
                   "launch_us": host_time_us(lambda: launches[0].launch(stream), 30),
@@ -623,7 +665,7 @@ def mask_census(inputs, tile, device="cuda"):
 # --- one workload --------------------------------------------------------------------------------
 
 def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, fa4=True,
-                 fa4_pages=None):
+                 fa4_pages=None, page_read=None):
     log(f"{w.name}: building inputs")
     inputs = Inputs(w)
     tile = W.flexjit_tile(w) if (w.kind == "prefill" and len(w.requests) == 1) else None
@@ -654,17 +696,28 @@ def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, 
         rows_by_request.setdefault(r, []).append(t)
     ref = reference(inputs, rows_by_request)
 
-    impls = [(f"flexjit page {p}", f"paged {p}, joint KV",
-              lambda p=p: make_flexjit(ctx, program, inputs, p, copies)) for p in w.page_sizes]
-    impls += [("flex_attention", "contiguous" + ("" if w.uniform else ", packed")
-               + (", sinks from its LSE" if w.sinks else ""),
-               lambda: make_flex(inputs, copies, quick))]
-    if not w.family and not w.sinks:
+    if w.kv_dtype == "fp8":
+        # No peer takes an fp8 paged cache: flexjit over a bf16 cache of the same values is
+        # the comparison (and, for decode, the copy floors, after the timed implementations).
+        impls = [(f"flexjit page {p}", f"paged {p}, joint fp8 KV",
+                  lambda p=p: make_flexjit(ctx, program, inputs, p, copies, "fp8"))
+                 for p in w.page_sizes]
+        impls += [(f"bf16 cache (flexjit page {p})", f"paged {p}, joint bf16 KV",
+                   lambda p=p: make_flexjit(ctx, program, inputs, p, copies))
+                  for p in w.page_sizes]
+    else:
+        impls = [(f"flexjit page {p}", f"paged {p}, joint KV",
+                  lambda p=p: make_flexjit(ctx, program, inputs, p, copies))
+                 for p in w.page_sizes]
+        impls += [("flex_attention", "contiguous" + ("" if w.uniform else ", packed")
+                   + (", sinks from its LSE" if w.sinks else ""),
+                   lambda: make_flex(inputs, copies, quick))]
+    if not w.family and not w.sinks and w.kv_dtype != "fp8":
         impls += [(f"sdpa {name}", "contiguous", lambda b=backend: make_sdpa(inputs, b, copies))
                   for name, backend in (("flash", "FLASH_ATTENTION"),
                                         ("cudnn", "CUDNN_ATTENTION"))]
     pages = tuple(p for p in w.page_sizes if fa4_pages is None or p in fa4_pages)
-    for label, spec in fa4_peer.plan(w):
+    for label, spec in fa4_peer.plan(w) if w.kv_dtype != "fp8" else ():
         for page in (None,) + pages:
             layout = "contiguous" if page is None else f"paged {page}, page_table"
             impls.append((f"fa4 {label}" + ("" if page is None else f" page {page}"), layout,
@@ -699,7 +752,9 @@ def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, 
                                                 w.runs_scale)[0]
                 del graph
             row["tflops"] = flop / row["ms"] / 1e9
-            row["gbps"] = nbytes / row["ms"] / 1e6
+            row["kv_bytes"] = extra.pop("kv_bytes", nbytes)
+            row["gbps"] = row["kv_bytes"] / row["ms"] / 1e6
+            row["tokens_s"] = inputs.qsl[-1] / row["ms"] * 1e3
             row["note"] = extra.pop("note", "")
             row.update(extra)
             if impl.startswith("flexjit") and tiles is not None:
@@ -739,11 +794,105 @@ def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, 
                     and (key == "diff_flex" or not row["impl"].startswith("flexjit")):
                 diff = (outputs[row["impl"]].float() - base.float()).abs().max().item()
                 row[key] = diff / scale if scale else diff
+    tokens = inputs.qsl[-1]
     del inputs, outputs, ref
     torch.cuda.empty_cache()
+    if w.kv_dtype == "fp8" and w.kind == "decode":
+        results += floor_rows(w, page_read, tokens)
     for row in results:
-        row.update(pairs=pairs, flop=flop, kv_bytes=nbytes, copies=copies)
+        row.update(pairs=pairs, flop=flop, copies=copies)
+        row.setdefault("kv_bytes", nbytes)
     return results, meta
+
+
+# --- the copy floor (tools/dev/page_read) -------------------------------------------------------
+
+PAGE_READ_SOURCE = REPO / "tools" / "dev" / "page_read" / "page_read.cu"
+PAGE_READ_BUILDS = pathlib.Path(tempfile.gettempdir()) / "flexjit-page-read"
+FLOOR_READER = "head"  # the decode kernel's copies (templates/paged_decode.cuh)
+
+
+def page_read_binary(explicit=None):
+    """(path of tools/dev/page_read's binary, None) or (None, why not): --page-read,
+    $FLEXJIT_PAGE_READ, .carry/bin/page_read, else built with nvcc for the current device into
+    PAGE_READ_BUILDS (once per source and architecture)."""
+    for path in (explicit, os.environ.get("FLEXJIT_PAGE_READ"),
+                 REPO / ".carry" / "bin" / "page_read"):
+        if path and pathlib.Path(path).is_file() and os.access(path, os.X_OK):
+            return pathlib.Path(path), None
+    if explicit:
+        return None, f"--page-read {explicit}: not an executable file"
+    nvcc = shutil.which("nvcc") or next(
+        (str(p) for p in (pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" /
+                          "nvcc", pathlib.Path("/usr/local/cuda/bin/nvcc")) if p.is_file()), None)
+    if nvcc is None:
+        return None, "no page_read binary (--page-read, $FLEXJIT_PAGE_READ, .carry/bin) and no " \
+            "nvcc to build one"
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}" + ("a" if major == 9 else "")
+    digest = hashlib.sha256(PAGE_READ_SOURCE.read_bytes() + arch.encode() +
+                            (REPO / "templates" / "fj_device.cuh").read_bytes()).hexdigest()[:16]
+    binary = PAGE_READ_BUILDS / f"page_read-{arch}-{digest}"
+    if not binary.is_file():
+        PAGE_READ_BUILDS.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_name(f"{binary.name}.{os.getpid()}")
+        done = subprocess.run([nvcc, "-O3", "-std=c++17", f"-arch={arch}", "-I",
+                               str(REPO / "templates"), "-o", str(partial),
+                               str(PAGE_READ_SOURCE)], capture_output=True, text=True)
+        if done.returncode != 0:
+            return None, f"building page_read failed: {done.stderr.strip()[:200]}"
+        partial.rename(binary)
+    return binary, None
+
+
+def page_read_medians(binary, requests, keys, page_size, element_bytes, rounds=20):
+    """{reader: median ms} of page_read over the shuffled table (the median of its passes'
+    medians), for `requests` x `keys` at page_size with elements of element_bytes."""
+    done = subprocess.run([str(binary), str(requests), str(keys), str(rounds), "--page",
+                           str(page_size), "--element-bytes", str(element_bytes)],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"page_read: {(done.stderr or done.stdout).strip()[:200]}")
+    medians = {}
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 5 and fields[1] == "shuffled":
+            medians.setdefault(fields[0], []).append(float(fields[2]))
+    return {reader: statistics.median(times) for reader, times in medians.items()}
+
+
+def floor_rows(w, page_read, tokens):
+    """The copy floors of decode workload w (uniform requests, 8 kv heads of 128: page_read's
+    shape) at its page size, for an fp8 and a bf16 cache: rows "copy floor fp8" and "copy floor
+    bf16", the FLOOR_READER's median with every reader's in `readers`. `page_read` is
+    page_read_binary()'s pair."""
+    binary, why = page_read or (None, "page_read not looked for")
+    (_, keys), requests, page = w.requests[0], len(w.requests), w.page_sizes[0]
+    if binary is not None and (not w.uniform or w.num_kv_heads != 8 or w.head_dim != 128):
+        binary, why = None, "page_read reads 8 kv heads of 128, requests alike"
+    rows = []
+    for label, element_bytes in (("fp8", 1), ("bf16", 2)):
+        row = {"workload": w.name, "impl": f"copy floor {label}", "ms": None,
+               "layout": f"paged {page}, joint {label} KV, shuffled, page_read {FLOOR_READER}"}
+        rows.append(row)
+        try:
+            if binary is None:
+                raise NotAvailable(why)
+            medians = page_read_medians(binary, requests, keys, page, element_bytes)
+            row["ms"] = medians[FLOOR_READER]
+            row["kv_bytes"] = W.kv_bytes(w, element_bytes)
+            row.update(readers=medians, gbps=row["kv_bytes"] / row["ms"] / 1e6,
+                       tokens_s=tokens / row["ms"] * 1e3)
+            best = min(medians, key=medians.get)
+            row["note"] = f"page_read's {FLOOR_READER} reader (the decode kernel's copies); " \
+                f"fastest reader {best} {medians[best]:.3f} ms"
+        except NotAvailable as reason:
+            row["note"] = f"n/a: {reason}"
+        except Exception as error:
+            row["note"] = f"error: {type(error).__name__}: {str(error)[:160]}"
+        log(f"{w.name}: {row['impl']}: " +
+            (f"{row['ms']:.3f} ms" if row["ms"] is not None else row["note"]))
+    return rows
 
 
 def make_fa4(inputs, spec, page_size, copies, quick, enabled):
@@ -806,6 +955,10 @@ def main(argv=None):
     parser.add_argument("--flexjit-cli", metavar="PATH",
                         help="the flexjit CLI for tile maps (default: $FLEXJIT_CLI, "
                              ".carry/bin/flexjit, build/bin/flexjit)")
+    parser.add_argument("--page-read", metavar="PATH",
+                        help="tools/dev/page_read's binary, for the fp8 decode workloads' copy "
+                             "floors (default: $FLEXJIT_PAGE_READ, .carry/bin/page_read, else "
+                             "built with nvcc)")
     add_layout_arguments(parser)
     args = parser.parse_args(argv)
     set_layout(parser, args)
@@ -841,6 +994,11 @@ def main(argv=None):
     cli = flexjit_cli(args.flexjit_cli)
     meta["flexjit_cli"] = str(cli) if cli else None
     log(f"flexjit CLI for tile maps: {cli or 'none (tiles from the predicate)'}")
+    page_read = None
+    if any(w.kv_dtype == "fp8" and w.kind == "decode" for w in chosen):
+        page_read = page_read_binary(args.page_read)
+        meta["page_read"] = str(page_read[0]) if page_read[0] else f"n/a: {page_read[1]}"
+        log(f"page_read for the copy floors: {meta['page_read']}")
     meta["matmul_tflops"], meta["copy_gbps"] = ceilings(args.quick)
     log(f"ceilings: bf16 matmul {meta['matmul_tflops']:.0f} TFLOP/s, copy "
         f"{meta['copy_gbps']:.0f} GB/s")
@@ -865,7 +1023,7 @@ def main(argv=None):
             if mask_file not in programs:
                 programs[mask_file] = ctx.program_from_file(mask_file)
             results, meta_row = run_workload(w, ctx, programs[mask_file], mask_file, l2_bytes,
-                                             args.quick, settle, cli, fa4, fa4_pages)
+                                             args.quick, settle, cli, fa4, fa4_pages, page_read)
         except Exception as error:
             traceback.print_exc()
             results = [{"workload": w.name, "impl": "all", "ms": None,

@@ -67,6 +67,17 @@ FAMILIES = {
         "title": "Attention sinks, gpt-oss-shaped (head dim 64, 64/8 heads, 8k prefill)",
         "metric": "tflops", "prefixes": ("sinks_",),
     },
+    "fp8": {
+        "title": "FP8 (e4m3) K/V cache beside bf16 (issue 34)", "metric": "tokens_s",
+        "extra": "gbps", "prefixes": ("fp8_",),
+        "flexjit": "flexjit over an fp8 cache, at the workload's page size (_p16, _p64). No peer "
+                   "here takes an fp8 paged cache, so the comparisons are flexjit over a bf16 "
+                   "cache of the same values (\"bf16 cache\": (flexjit N×) is fp8's speed ÷ "
+                   "bf16's) and, for decode, the copy floor of each cache (\"copy floor\": "
+                   "tools/dev/page_read reading every K/V byte with the decode kernel's copies "
+                   "and computing nothing; (flexjit N×) is fp8's speed ÷ the floor's); GB/s "
+                   "count each cache's own bytes (fp8: one per element)",
+    },
     "overhead": {
         "title": "Host time of a call (Python and the torch op)", "metric": "value",
         "prefixes": ("overhead_",),
@@ -97,6 +108,8 @@ METRICS = {
     "ms": ("kernel time in ms (median)", "ms", 3),
     "tok_s": ("generated tokens per second (batch × new tokens ÷ the median generate() time, "
               "prefill included)", "tok/s", 0),
+    "tokens_s": ("query tokens per second of the kernel (the batch's query tokens ÷ median "
+                 "kernel time)", "tok/s", 0),
     "dense_tflops": ("dense-equivalent TFLOP/s over the tiles flexjit computes (4·D·tq·tk per "
                      "non-empty tile)", "TFLOP/s", 0),
 }
@@ -129,6 +142,19 @@ TARGETS = [
      "source": "issue 8"},
     {"family": "decode", "workloads": "decode_b*_128k", "metric": "gbps", "min": 2800,
      "source": "issue 8"},
+    # The fp8 cache against its copy floor and against the bf16 cache of the same values.
+    {"family": "fp8", "workloads": "fp8_decode_*_p16", "peer": "copy floor fp8", "min": 0.97,
+     "source": "issue 34, target 2"},
+    {"family": "fp8", "workloads": "fp8_decode_*_p64", "peer": "copy floor fp8", "min": 0.97,
+     "source": "issue 34, target 2"},
+    {"family": "fp8", "workloads": "fp8_decode_*_p16", "peer": "bf16 cache (flexjit page 16)",
+     "min": 1.8, "source": "issue 34, target 2"},
+    {"family": "fp8", "workloads": "fp8_decode_*_p64", "peer": "bf16 cache (flexjit page 64)",
+     "min": 1.8, "source": "issue 34, target 2"},
+    {"family": "fp8", "workloads": "fp8_prefill_*_p16", "peer": "bf16 cache (flexjit page 16)",
+     "min": 1.0, "source": "issue 34, target 2"},
+    {"family": "fp8", "workloads": "fp8_prefill_*_p64", "peer": "bf16 cache (flexjit page 64)",
+     "min": 1.0, "source": "issue 34, target 2"},
     {"family": "family_8k", "workloads": "family_8k_*", "peer": "flex_attention", "min": 1.3,
      "source": "issue 30, target 1"},
     {"family": "family_8k", "workloads": "family_8k_*", "peer": "fa4 mask_mod", "min": 0.8,

@@ -248,6 +248,7 @@ class Workload:
     mask_file: Optional[str] = None  # flexjit's mask file (repository path); None: --masks
     runs_scale: float = 1.0  # the share of the usual timed runs (the family takes fewer)
     sinks: bool = False  # attention sinks: sink_logits(num_heads), one per query head
+    kv_dtype: str = "bf16"  # "fp8": flexjit reads an fp8 (e4m3) cache (fp8_workloads)
 
     @property
     def family(self):
@@ -263,7 +264,8 @@ class Workload:
     def sdpa(self):
         """How SDPA can run it: "causal" (is_causal=True, square), "full" (no mask: every key
         visible, e.g. decode), or None (a mask or score SDPA's fast backends cannot take)."""
-        if self.score is not None or self.mask != "causal" or not self.uniform or self.sinks:
+        if self.score is not None or self.mask != "causal" or not self.uniform or self.sinks \
+                or self.kv_dtype != "bf16":
             return None
         query_len, seq_len = self.requests[0]
         if query_len == 1:
@@ -358,7 +360,29 @@ def workloads():
     for head_dim in (64, 256):
         out.append(_prefill("causal", 8192, head_dim=head_dim, suffix=f"_hd{head_dim}",
                             quick=head_dim == 64))
-    return out + family_workloads() + sinks_workloads()
+    return out + family_workloads() + sinks_workloads() + fp8_workloads()
+
+
+# The fp8 cache (issue 34): flexjit over an fp8 (e4m3) K/V cache beside flexjit over a bf16
+# cache of the same values, and for decode beside the copy floor of either (tools/dev/page_read).
+# No peer here takes an fp8 paged cache.
+FP8_MAX = 448.0  # e4m3's largest finite value
+
+
+def fp8_workloads():
+    """fp8_decode_b64_16k_p16 / _p64 (decode_b64_16k's shape: 64 requests x 16k keys, head dim
+    128, 32/8 heads) and fp8_prefill_causal_16k_p16 / _p64 (prefill_causal_16k's), one page size
+    each, so that each fp8 figure has the bf16 one and the floor of its own page beside it."""
+    out = []
+    for page in (16, 64):
+        out.append(Workload(name=f"fp8_decode_b64_16k_p{page}", kind="decode",
+                            flexjit_mask="causal", mask="causal", score=None,
+                            requests=((1, 16384),) * 64, page_sizes=(page,), kv_dtype="fp8"))
+    for page in (16, 64):
+        out.append(Workload(name=f"fp8_prefill_causal_16k_p{page}", kind="prefill",
+                            flexjit_mask="causal", mask="causal", score=None,
+                            requests=((16384, 16384),), page_sizes=(page,), kv_dtype="fp8"))
+    return out
 
 
 # gpt-oss's attention (issue 34): head dim 64, 64 query heads over 8 kv heads, sliding-window
@@ -599,8 +623,11 @@ def flops(workload, pairs):
     return 4 * workload.head_dim * workload.num_heads * pairs
 
 
-def kv_bytes(workload, element_bytes=2):
-    """Bytes of K and V that must be read: every key of every request, once per kv head."""
+def kv_bytes(workload, element_bytes=None):
+    """Bytes of K and V that must be read: every key of every request, once per kv head, of
+    `element_bytes` each (default: the workload's cache, 1 for fp8, else 2)."""
+    if element_bytes is None:
+        element_bytes = 1 if workload.kv_dtype == "fp8" else 2
     keys = sum(seq_len for _, seq_len in workload.requests)
     return 2 * keys * workload.num_kv_heads * workload.head_dim * element_bytes
 
@@ -821,8 +848,9 @@ def workload_table(chosen):
             cap = f"cap={SOFTCAP:g}" + (" (define)" if flexjit_defines(w) else "")
             params = ", ".join(p for p in (params, cap) if p)
         peer = peer.replace("|", "\\|")  # the `|` of a mask is not a cell boundary
+        cache = ", fp8 cache" if w.kv_dtype == "fp8" else ""
         lines.append(f"| {w.name} | {shape}, hd {w.head_dim}, {w.num_heads}/{w.num_kv_heads} "
-                     f"heads | {w.flexjit_mask} | {peer} | {params} |")
+                     f"heads{cache} | {w.flexjit_mask} | {peer} | {params} |")
     return "\n".join(lines)
 
 
