@@ -249,8 +249,10 @@ class LibraryTest(unittest.TestCase):
                 self.assertEqual((launch.args.k_scale, launch.args.v_scale,
                                   launch.args.kv_scale_stride),
                                  (0x7F0000700000, 0x7F0000800000, scales - 1))
-                # Every check passed: the launch stops at the (missing) driver.
-                self.assert_fails(launch, Status.CUDA, "")
+                # Every check passed: the launch stops at the (missing) driver. Where a device
+                # is usable the launch would be enqueued over the stand-in pointers: not tried.
+                if not cuda_available():
+                    self.assert_fails(launch, Status.CUDA, "")
         launch.args.v_scale = None
         self.assert_fails(launch, Status.INVALID_ARGUMENT, "v_scale")
         # A 0.7 caller's struct ends before the scales: they read as null.
