@@ -219,12 +219,19 @@ class BadFlagsTest(unittest.TestCase):
             (RUN_BASE[:4] + ["--encoder", "--context-lens", "5"], "drop --context-lens"),
             (RUN_BASE[:4] + ["--encoder", "--kv-dtype", "fp8"], "--encoder reads 16-bit K/V"),
             (RUN_BASE + ["--kv-scale", "head"], "add --kv-dtype fp8"),
+            (EMIT_BASE + ["--kv-dtype", "fp8", "--page-size", "0"], "needs a paged kernel"),
         ]
         results = self.run_rows([(repr(args), args) for args, _ in cases])
         for args, words in cases:
             with self.subTest(args=args):
                 self.assertIn(words, results[repr(args)][2])
                 self.assertLess(len(results[repr(args)][2]), 2000)  # one message, not a log
+
+    def test_emit_makes_the_fp8_cache_kernel(self):
+        code, out, err, _, _ = invoke(EMIT_BASE + ["--kv-dtype", "fp8"], self.env)
+        self.assertEqual(code, 0, err)
+        self.assertIn("_kvfp8_page16_", out)
+        self.assertIn(", 16, true>(args);", out)
 
     def test_hostile_source_bytes_never_reach_the_terminal(self):
         path = os.path.join(self.tmp.name, "hostile.mask")

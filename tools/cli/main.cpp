@@ -186,6 +186,7 @@ struct KernelOptions {
   std::string dtype = "bf16";
   int page_size = 16;
   std::string arch = "sm_90a";
+  std::string kv_dtype = "auto";  // the cache's element: "auto" (the dtype) or "fp8" (e4m3)
 
   // Parsed -D options, filled by selection(); fj_kernel_desc points into them.
   std::vector<std::pair<std::string, std::string>> parsed_defines;
@@ -290,6 +291,10 @@ int command_emit(const std::string& path, KernelOptions& options) {
   config.bf16 = options.dtype == "bf16";
   config.page_size = options.page_size;
   config.arch = options.arch;
+  config.kv_fp8 = options.kv_dtype == "fp8";
+  if (config.kv_fp8 && config.page_size == 0) {
+    return report_error({"--kv-dtype fp8 needs a paged kernel (--page-size > 0)"});
+  }
   if (!flexjit::supported::head_dim(config.head_dim) ||
       !flexjit::supported::page_size(config.page_size)) {
     return report_error(
@@ -359,6 +364,7 @@ fj_kernel_desc kernel_desc(const KernelOptions& options) {
   desc.dtype = options.dtype == "bf16" ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
   desc.page_size = options.page_size;
   desc.arch = options.arch.empty() ? nullptr : options.arch.c_str();
+  if (options.kv_dtype == "fp8") desc.kv_dtype = FJ_DTYPE_FP8_E4M3;
   return desc;
 }
 
@@ -774,7 +780,6 @@ struct RunOptions {
   std::string query_lens = "1,7,300";
   std::string context_lens = "511,64,0";
   std::string layout = "nhd";
-  std::string kv_dtype = "auto";  // the cache's element: "auto" (the dtype) or "fp8" (e4m3)
   std::string kv_scale = "head";  // an fp8 cache's scales: one per "tensor" or per kv "head"
   bool encoder = false;           // contiguous K/V (fj_varlen_attention); context lengths are 0
   bool check_bounds = false;      // report the first out-of-range array read
@@ -805,7 +810,7 @@ int command_run(const std::string& path, RunOptions& options) {
       .iterations = options.iterations,
       .scale = options.scale,
       .sinks = options.sinks,
-      .kv_fp8 = options.kv_dtype == "fp8",
+      .kv_fp8 = options.kernel.kv_dtype == "fp8",
       .kv_scale_given = options.kv_scale_given,
   });
   if (!batch) return report_error(batch.error());
@@ -846,7 +851,7 @@ int command_run(const std::string& path, RunOptions& options) {
   config.num_heads = options.num_heads;
   config.num_kv_heads = options.num_kv_heads;
   config.layout = options.layout == "hnd" ? flexjit::KvLayout::HND : flexjit::KvLayout::NHD;
-  config.kv_fp8 = options.kv_dtype == "fp8";
+  config.kv_fp8 = options.kernel.kv_dtype == "fp8";
   config.kv_scale =
       options.kv_scale == "tensor" ? flexjit::KvScale::Tensor : flexjit::KvScale::Head;
   config.contiguous = options.encoder;
@@ -941,6 +946,11 @@ void add_kernel_options(CLI::App* command, KernelOptions& options, bool mask_req
   command->add_option("--dtype", options.dtype, "q/k/v/out element type")
       ->check(CLI::IsMember(dtype_names()));
   command->add_option("--page-size", options.page_size, "tokens per KV-cache block");
+  command
+      ->add_option("--kv-dtype", options.kv_dtype,
+                   "K/V cache element type: auto (--dtype's) or fp8 (e4m3, read with scales; "
+                   "paged kernels only)")
+      ->check(CLI::IsMember({"auto", "fp8"}));
 }
 
 }  // namespace
@@ -1052,10 +1062,6 @@ int main(int argc, char** argv) {
                   "cached keys before the new tokens, per request");
   run->add_option("--layout", run_options.layout, "KV cache layout")
       ->check(CLI::IsMember({"nhd", "hnd"}));
-  run->add_option("--kv-dtype", run_options.kv_dtype,
-                  "K/V cache element type: auto (--dtype's) or fp8 (e4m3 times --kv-scale "
-                  "scales; paged only)")
-      ->check(CLI::IsMember({"auto", "fp8"}));
   run->add_option("--kv-scale", run_options.kv_scale,
                   "with --kv-dtype fp8: one random scale per tensor, or one per kv head")
       ->check(CLI::IsMember({"tensor", "head"}));
