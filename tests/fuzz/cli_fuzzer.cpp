@@ -54,6 +54,8 @@ void fuzz_run_shape(Reader in) {
   shape.encoder = flags & 4;
   shape.cpu = flags & 8;
   shape.scale = (flags & 16) ? std::numeric_limits<float>::infinity() : 0.0f;
+  shape.kv_fp8 = flags & 32;
+  shape.kv_scale_given = flags & 64;
   // Lines: query lengths, context lengths, sinks.
   std::string_view rest = in.rest();
   std::string* const lines[] = {&shape.query_lens, &shape.context_lens, &shape.sinks};
@@ -71,6 +73,8 @@ void fuzz_run_shape(Reader in) {
   FUZZ_REQUIRE(flexjit::supported::head_dim(shape.head_dim));
   FUZZ_REQUIRE(shape.encoder || (shape.page_size > 0 && shape.page_size % 16 == 0));
   FUZZ_REQUIRE(!shape.encoder || (!shape.page_size_given && !shape.context_lens_given));
+  FUZZ_REQUIRE(!shape.encoder || !shape.kv_fp8);  // an fp8 cache is paged
+  FUZZ_REQUIRE(!shape.kv_scale_given || shape.kv_fp8);
   FUZZ_REQUIRE(shape.num_heads > 0 && shape.num_kv_heads > 0 &&
                shape.num_heads % shape.num_kv_heads == 0);
   FUZZ_REQUIRE(shape.iterations >= 0 && shape.iterations <= flexjit::cli::kMaxRunIterations);
