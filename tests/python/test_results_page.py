@@ -199,12 +199,13 @@ class PageTest(unittest.TestCase):
         self.assertEqual(cells[2], "40000 (flexjit 1.60×, Δ 0.001)")
         self.assertEqual(cells[3], "80000 (flexjit 0.80×)")
         self.assertEqual(cells[4], "42667 (flexjit 1.50×)")
-        # Issue 34's targets: 0.97x the fp8 copy floor, 1.8x the bf16 cache.
+        # The targets: 2.9 TB/s of fp8 bytes, 0.97x the fp8 copy floor, 1.8x the bf16 cache.
+        self.assertIn("≥ 2900 GB/s: 2150 missed ✗", cells[5])
         self.assertIn("≥ 0.97× copy floor fp8: 0.80× missed ✗", cells[5])
         self.assertIn("≥ 1.8× bf16 cache (flexjit page 16): 1.60× missed ✗", cells[5])
         self.assertIn("No peer here takes an fp8 paged cache", page)
         self.assertIn("[FP8 (e4m3) K/V cache beside bf16 (issue 34)](#fp8): targets 0 met, "
-                      "2 missed", page)
+                      "3 missed", page)
 
     def test_host_time_against_an_empty_ops_floor(self):
         rows = [{"workload": "overhead_torch_op", "impl": "flexjit", "measure": "op",
