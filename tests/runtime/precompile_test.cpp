@@ -1,6 +1,8 @@
 // fj_precompile: builds many kernels in parallel, reports each one, and the first failure.
 #include <catch2/catch.hpp>
 
+#include <cstddef>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -112,4 +114,43 @@ TEST_CASE("fj_precompile rejects bad arguments", "[precompile]") {
   CHECK(fj_precompile(f.context, f.program, &one, 1, &options, nullptr) ==
         FJ_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(std::string(fj_context_last_error(f.context)), Catch::Contains("num_threads"));
+}
+
+TEST_CASE("descriptions of an older header (before kv_dtype, 0.8) build, one by one and in arrays",
+          "[precompile]") {
+  Fixture f;
+  // A 0.7 caller's fj_kernel_desc ends where kv_dtype begins: its arrays step by that size, and
+  // the field reads as 0 (the cache has q's dtype). The bytes past each description are another
+  // description's, never read as its kv_dtype.
+  constexpr size_t kOld = offsetof(fj_kernel_desc, kv_dtype);
+  const fj_kernel_desc wanted[] = {desc("causal", 64, FJ_DTYPE_BF16),
+                                   desc("sliding", 128, FJ_DTYPE_FP16)};
+  std::vector<unsigned char> old_array(2 * kOld + 4, 0xff);  // 0xff: poison past the last
+  for (size_t i = 0; i < 2; ++i) {
+    fj_kernel_desc d = wanted[i];
+    d.arch = "cpu";
+    d.struct_size = kOld;
+    std::memcpy(old_array.data() + i * kOld, &d, kOld);
+  }
+  const auto* old_descs = reinterpret_cast<const fj_kernel_desc*>(old_array.data());
+  fj_status statuses[2] = {FJ_ERROR_INTERNAL, FJ_ERROR_INTERNAL};
+  REQUIRE(fj_precompile(f.context, f.program, old_descs, 2, nullptr, statuses) == FJ_SUCCESS);
+  CHECK(statuses[0] == FJ_SUCCESS);
+  CHECK(statuses[1] == FJ_SUCCESS);
+  fj_kernel_desc second;
+  std::memcpy(&second, old_array.data() + kOld, kOld);
+  fj_kernel* kernel = nullptr;
+  REQUIRE(fj_kernel_create(f.context, f.program, &second, &kernel) == FJ_SUCCESS);
+  const char* name = nullptr;
+  REQUIRE(fj_kernel_name(kernel, &name) == FJ_SUCCESS);
+  CHECK(std::string(name) == "cpu_prefill_sliding_hd128_fp16_page16");
+  fj_kernel_destroy(kernel);
+
+  // Shorter than the first version: refused, naming the field.
+  fj_kernel_desc short_desc = wanted[0];
+  short_desc.struct_size = kOld - 4;
+  CHECK(fj_kernel_create(f.context, f.program, &short_desc, &kernel) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(fj_context_last_error(f.context)).find("struct_size") != std::string::npos);
+  CHECK(fj_precompile(f.context, f.program, &short_desc, 1, nullptr, nullptr) ==
+        FJ_ERROR_INVALID_ARGUMENT);
 }
