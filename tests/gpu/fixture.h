@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "check/paged_check.h"
 #include "flexjit/flexjit.h"
@@ -44,6 +45,17 @@ inline GpuFixture& fixture() {
 // The checks every paged report passes: no NaN or unwritten output, empty rows 0 and lse -inf,
 // the relative and lse errors within the dtype's tolerance, and the CPU backend's output as
 // close (run with compare_cpu).
+// The fixture program's scalar parameters: all 0 but `window`.
+inline std::vector<int32_t> params_with_window(int32_t window) {
+  int32_t count = 0;
+  int32_t slot = -1;
+  REQUIRE(fj_program_param_count(fixture().program, &count) == FJ_SUCCESS);
+  REQUIRE(fj_program_param_slot(fixture().program, "window", &slot) == FJ_SUCCESS);
+  std::vector<int32_t> params(count, 0);
+  params[slot] = window;
+  return params;
+}
+
 inline void require_correct(const flexjit::PagedCheckConfig& config,
                             const flexjit::PagedCheckReport& report) {
   INFO(

@@ -20,16 +20,7 @@ namespace {
 using flexjit::KvScale;
 using flexjit::PagedLaunch;
 using flexjit::testing::fixture;
-
-std::vector<int32_t> params_with_window(int32_t window) {
-  int32_t count = 0;
-  int32_t slot = -1;
-  REQUIRE(fj_program_param_count(fixture().program, &count) == FJ_SUCCESS);
-  REQUIRE(fj_program_param_slot(fixture().program, "window", &slot) == FJ_SUCCESS);
-  std::vector<int32_t> params(count, 0);
-  params[slot] = window;
-  return params;
-}
+using flexjit::testing::params_with_window;
 
 void check_fp8(flexjit::PagedCheckConfig config, const std::string& what) {
   config.kv_fp8 = true;
@@ -141,46 +132,4 @@ TEST_CASE("the KV-cache write quantizes into an fp8 cache as the host does, bit 
   CHECK(report->written_rows > 0);
   CHECK(report->skipped_tokens > 0);
   CHECK(report->wrong_elements == 0);
-}
-
-// A quick relative timing, fp8 against bf16 caches on the same shapes (the benchmark's
-// tools/bench is the measure of record): build/bin/flexjit_tests_gpu "[fp8-bench]"
-TEST_CASE("fp8 and bf16 caches side by side", "[gpu][.fp8-bench]") {
-  struct Shape {
-    const char* what;
-    std::vector<int> query_lens;
-    std::vector<int> context_lens;
-    PagedLaunch launch;
-  };
-  const std::vector<Shape> shapes = {
-      {"decode 64 x 16k", std::vector<int>(64, 1), std::vector<int>(64, 16383),
-       PagedLaunch::Planned},
-      {"prefill 8 x 2k causal", std::vector<int>(8, 2048), std::vector<int>(8, 0),
-       PagedLaunch::Direct},
-  };
-  for (const Shape& shape : shapes) {
-    for (const int page_size : {16, 64}) {
-      double ms[2] = {0, 0};
-      for (const bool fp8 : {false, true}) {
-        flexjit::PagedCheckConfig config;
-        config.mask = "causal";
-        config.params = params_with_window(0);
-        config.num_heads = 32;
-        config.num_kv_heads = 8;
-        config.page_size = page_size;
-        config.query_lens = shape.query_lens;
-        config.context_lens = shape.context_lens;
-        config.launch = shape.launch;
-        config.kv_fp8 = fp8;
-        config.timing_iterations = 30;
-        auto report = flexjit::run_paged_check(fixture().context, fixture().program, config);
-        INFO((report ? std::string() : report.error().message));
-        REQUIRE(report.ok());
-        flexjit::testing::require_correct(config, *report);
-        ms[fp8] = report->kernel_ms;
-      }
-      fmt::print("{} page {}: bf16 {:.3f} ms, fp8 {:.3f} ms, fp8 {:.2f}x bf16\n", shape.what,
-                 page_size, ms[0], ms[1], ms[0] / ms[1]);
-    }
-  }
 }

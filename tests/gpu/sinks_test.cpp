@@ -17,16 +17,7 @@ namespace {
 
 using flexjit::PagedLaunch;
 using flexjit::testing::fixture;
-
-std::vector<int32_t> params_with_window(int32_t window) {
-  int32_t count = 0;
-  int32_t slot = -1;
-  REQUIRE(fj_program_param_count(fixture().program, &count) == FJ_SUCCESS);
-  REQUIRE(fj_program_param_slot(fixture().program, "window", &slot) == FJ_SUCCESS);
-  std::vector<int32_t> params(count, 0);
-  params[slot] = window;
-  return params;
-}
+using flexjit::testing::params_with_window;
 
 void check_with_sinks(flexjit::PagedCheckConfig config, const std::string& what) {
   config.sinks = flexjit::random_sinks(config.num_heads, config.seed);
