@@ -37,6 +37,8 @@ constexpr int kSampleStride = 40;
 // made the same compiles take up to 1.3 times as long. Kernels over the target are listed.
 constexpr double kCompileSeconds = 3.0;
 constexpr double kCompileSecondsLimit = 2 * kCompileSeconds;
+// Cold compiles of a kernel over its limit, the fastest counting (check_generated).
+constexpr int kCompileTries = 3;
 
 // Generated variant `index`: a mask (half of them with an any/all at the limits) and, for
 // half, a score; both through the IR passes, as lowering runs them.
@@ -207,6 +209,21 @@ void check_generated(const std::vector<int>& variants, unsigned threads,
   work();
   for (std::thread& thread : pool)
     thread.join();
+  // Noise only adds time: a kernel over its limit is compiled again, up to kCompileTries in
+  // all, and keeps its fastest compile (a shared 2-core CI machine once took 6.4 CPU s for a
+  // kernel that compiles in 2.8 s idle). Known cliffs fail another check anyway.
+  for (size_t i = 0; i < baselines; ++i) {
+    if (std::find(known.begin(), known.end(), outcomes[i].name) != known.end()) continue;
+    const bool slow = std::find(slow_compiles.begin(), slow_compiles.end(), outcomes[i].name) !=
+                      slow_compiles.end();
+    const double limit = slow ? kSlowCompileCeiling : kCompileSecondsLimit;
+    for (int tries = 1;
+         tries < kCompileTries && outcomes[i].compiled && outcomes[i].seconds > limit; ++tries) {
+      const double seconds =
+          compile(generated_variant(jobs[i].variant), jobs[i].head_dim, jobs[i].arch).seconds;
+      outcomes[i].seconds = std::min(outcomes[i].seconds, seconds);
+    }
+  }
 
   double slowest = 0.0;
   std::vector<std::string> failing;
