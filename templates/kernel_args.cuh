@@ -191,6 +191,54 @@ struct PagedPrefillArgs {
 static_assert(sizeof(const i32*) == sizeof(i64),
               "the unions of PagedPrefillArgs pair 8-byte fields");
 
+// Context parallelism (since 0.9; fj_paged_attention_args.kv_shard_*, docs/context_parallel.md):
+// a call that holds one shard of each request's keys. Key j of request r's shard has position
+// offsets[r] + (j / interleave) * count * interleave + rank * interleave + j % interleave in the
+// whole request, whose global_seq_lens[r] keys place its queries. The CPU backend reads it (CUDA
+// kernels refuse sharded calls in 0.9).
+struct KvShard {
+  const i32* offsets;          // [num_reqs] each request's first position, or null: 0
+  const i32* global_seq_lens;  // [num_reqs] keys of each request over all shards
+  i32 rank;                    // 0 <= rank < count
+  i32 count;                   // >= 1
+  i32 interleave;              // >= 1: keys a shard holds in a row before the next shard's
+};
+
+// One request's shard: positions of its keys, and keys below a position (both monotonic, so a run
+// of keys maps to the hull of its positions and a position range back to a run of keys).
+struct ShardPositions {
+  i64 offset;
+  i32 rank, count, interleave;
+
+  // The unsharded request: key j at position j.
+  static FJ_HD ShardPositions whole() { return ShardPositions{0, 0, 1, 1}; }
+
+  FJ_HD i64 position(i32 key) const {
+    return offset + static_cast<i64>(key / interleave) * count * interleave +
+           static_cast<i64>(rank) * interleave + key % interleave;
+  }
+  // The shard's keys whose position is below `position`.
+  FJ_HD i64 keys_below(i64 position) const {
+    const i64 relative = position - offset;
+    if (relative <= 0) return 0;
+    const i64 period = static_cast<i64>(count) * interleave;
+    const i64 in_period = relative % period - static_cast<i64>(rank) * interleave;
+    return relative / period * interleave + (in_period < 0            ? 0
+                                             : in_period > interleave ? interleave
+                                                                      : in_period);
+  }
+  // The end of key `key`'s run: keys from `key` to it (exclusive) have consecutive positions.
+  FJ_HD i64 run_end(i32 key) const {
+    return count == 1 ? static_cast<i64>(0x7fffffff)
+                      : (static_cast<i64>(key) / interleave + 1) * interleave;
+  }
+};
+
+FJ_HD ShardPositions shard_positions(const KvShard& shard, i32 request) {
+  return ShardPositions{shard.offsets != nullptr ? shard.offsets[request] : 0, shard.rank,
+                        shard.count, shard.interleave};
+}
+
 // How a row of attention ends: its output is the accumulator times `scale`, its LSE `lse`.
 struct RowFinish {
   float scale;

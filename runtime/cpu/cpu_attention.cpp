@@ -164,6 +164,7 @@ struct Job {
   bool contiguous;
   int page_size;
   int group;
+  const fj::KvShard* shard;  // a sharded call's layout, or null
 };
 
 // Keys [lo, hi) the query positions [q_lo, q_hi] may see over heads [head_lo, head_hi].
@@ -337,6 +338,17 @@ FJ_ALWAYS_INLINE void pv_block(const float* p, const float* v, float* o, const f
   }
 }
 
+// Calls f(first, position, length) for each run of keys [k0 + first, k0 + first + length) of
+// keys [k0, k0 + n) whose positions (from `position`) are consecutive.
+template <typename F>
+FJ_ALWAYS_INLINE void for_each_run(const fj::ShardPositions& shard, int k0, int n, F&& f) {
+  for (int key = k0; key < k0 + n;) {
+    const int end = static_cast<int>(std::min<int64_t>(shard.run_end(key), k0 + n));
+    f(key - k0, static_cast<int32_t>(shard.position(key)), end - key);
+    key = end;
+  }
+}
+
 // One work item with kRowVecs * 16 >= its row count (so a decode step's few rows do not pay
 // for 64).
 template <int kHeadDim, bool kBF16, int kRowVecs>
@@ -355,7 +367,12 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
       job.contiguous ? fj::contiguous_key_count(args, request) : args.seq_lens[request];
   const int packed_rows = query_len * group;
   const int rows = std::min(kBlockM, packed_rows - item.row0);
-  const int q_offset = job.contiguous ? 0 : seq_len - query_len;
+  // A sharded call: the shard's keys at their positions in the whole request, whose global
+  // length places the queries.
+  const fj::ShardPositions shard =
+      job.shard != nullptr ? fj::shard_positions(*job.shard, request) : fj::ShardPositions::whole();
+  const int q_end = job.shard != nullptr ? job.shard->global_seq_lens[request] : seq_len;
+  const int q_offset = job.contiguous ? 0 : q_end - query_len;
   const int key_begin = job.contiguous ? fj::contiguous_key_begin(args, request) : 0;
   const int64_t batch = job.contiguous ? request : 0;
   const int last = item.row0 + rows - 1;
@@ -392,9 +409,10 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
   // Keys the block table can address (paged), as the kernel bounds them.
   const int64_t capacity = int64_t{args.max_blocks_per_req} * job.page_size;
   const int kv_end = job.contiguous || capacity >= seq_len ? seq_len : static_cast<int>(capacity);
+  // The range of positions, as the shard's keys (the same keys when unsharded).
   const KvRange range = kv_range_for_heads(kernel, params, request, head_lo, head_hi, q_lo, q_hi);
-  const int lo = std::max(range.lo, 0);
-  const int visible_end = std::min(range.hi, kv_end);
+  const int lo = static_cast<int>(shard.keys_below(range.lo));
+  const int visible_end = static_cast<int>(std::min<int64_t>(shard.keys_below(range.hi), kv_end));
   const int first_tile = lo / kBlockN;
   const int end_tile = lo < visible_end ? (visible_end + kBlockN - 1) / kBlockN : first_tile;
   const int32_t* block_row =
@@ -419,8 +437,10 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
   for (int tile = first_tile; tile < end_tile; ++tile) {
     const int k0 = tile * kBlockN;
     const int n = std::min(k0 + kBlockN, kv_end) - k0;
-    const TileClass tile_class =
-        classify_for_heads(kernel, params, request, head_lo, head_hi, q_lo, q_hi, k0, k0 + n);
+    // The hull of the tile's positions: a class that holds over it holds for its keys.
+    const TileClass tile_class = classify_for_heads(
+        kernel, params, request, head_lo, head_hi, q_lo, q_hi, static_cast<int>(shard.position(k0)),
+        static_cast<int>(shard.position(k0 + n - 1) + 1));
     if (tile_class == TileClass::Empty) continue;
     load_rows<kHeadDim, kBF16>(sc.k, k_rows, block_row, key_begin, job.page_size, k0, n);
     load_rows<kHeadDim, kBF16>(sc.v, v_rows, block_row, key_begin, job.page_size, k0, n);
@@ -431,17 +451,24 @@ FJ_ALWAYS_INLINE void attend(const Job& job, const Item& item, const fj::MaskPar
     }
     scores_block<kHeadDim, kRowVecs>(sc.q_t, sc.k, sc.s, n, args.scale);
 
-    // score_mod, then the mask, a row of keys at a time (the kernel's order).
+    // score_mod, then the mask, a row of keys at a time (the kernel's order), over each run of
+    // the tile's keys whose positions are consecutive (the whole tile when unsharded).
     for (int i = 0; i < rows && (has_score || tile_class == TileClass::Partial); ++i) {
       if (has_score) {
         for (int j = 0; j < n; ++j)
           sc.scores[j] = sc.s[j * kRows + i];
-        kernel.code->score_row(&params, request, row_head[i], row_q[i], k0, n, sc.scores);
+        for_each_run(shard, k0, n, [&](int first, int32_t position, int length) {
+          kernel.code->score_row(&params, request, row_head[i], row_q[i], position, length,
+                                 sc.scores + first);
+        });
         for (int j = 0; j < n; ++j)
           sc.s[j * kRows + i] = sc.scores[j];
       }
       if (tile_class == TileClass::Partial) {
-        kernel.code->mask_row(&params, request, row_head[i], row_q[i], k0, n, sc.mask);
+        for_each_run(shard, k0, n, [&](int first, int32_t position, int length) {
+          kernel.code->mask_row(&params, request, row_head[i], row_q[i], position, length,
+                                sc.mask + first);
+        });
         for (int j = 0; j < n; ++j)
           if (sc.mask[j] == 0) sc.s[j * kRows + i] = kNegInf;
       }
@@ -527,6 +554,30 @@ FJ_CPU_TARGETS void run_item(const Job& job, const Item& item, const fj::MaskPar
   }
 }
 
+// Request r's shard (check_host_batch): its global length covers its query rows and its keys'
+// positions lie in [0, global length).
+std::optional<std::string> check_shard(const fj::KvShard& shard, int r, int32_t seq_len,
+                                       int32_t query_rows) {
+  const int32_t global = shard.global_seq_lens[r];
+  if (seq_len < 0) return fmt::format("seq_lens[{}] ({}) is negative", r, seq_len);
+  if (global < query_rows) {
+    return fmt::format("global_seq_lens[{}] ({}) is smaller than the request's {} query rows", r,
+                       global, query_rows);
+  }
+  if (seq_len == 0) return std::nullopt;
+  const fj::ShardPositions positions = fj::shard_positions(shard, r);
+  const int64_t first = positions.position(0);
+  const int64_t last = positions.position(seq_len - 1);
+  if (first < 0 || last >= global) {
+    return fmt::format(
+        "request {}'s shard puts its {} keys at positions {} to {}, outside [0, "
+        "global_seq_lens[{}] = {}) (kv_shard_offsets[{}] = {}, rank {} of {}, interleave {})",
+        r, seq_len, first, last, r, global, r, positions.offset, shard.rank, shard.count,
+        shard.interleave);
+  }
+  return std::nullopt;
+}
+
 int32_t query_rows(const fj::PagedPrefillArgs& args, int request) {
   return args.query_start_loc[request + 1] - args.query_start_loc[request];
 }
@@ -550,7 +601,7 @@ Result<std::shared_ptr<const CpuKernel>> make_cpu_kernel(const Variant& variant,
 std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bool contiguous,
                                             int32_t page_size, int32_t num_tokens,
                                             int32_t num_key_tokens, int32_t max_query_len,
-                                            int64_t num_blocks) {
+                                            int64_t num_blocks, const fj::KvShard* shard) {
   const char* starts = contiguous ? "cu_seqlens" : "query_start_loc";
   const char* requests = contiguous ? "sequence" : "request";
   if (args.query_start_loc[0] < 0 || args.query_start_loc[0] > num_tokens) {
@@ -580,7 +631,9 @@ std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bo
       continue;
     }
     const int32_t seq_len = args.seq_lens[r];
-    if (seq_len < end - begin) {
+    if (shard != nullptr) {
+      if (auto problem = check_shard(*shard, r, seq_len, end - begin)) return problem;
+    } else if (seq_len < end - begin) {
       return fmt::format("seq_lens[{}] ({}) is smaller than the request's {} query rows", r,
                          seq_len, end - begin);
     }
@@ -600,10 +653,11 @@ std::optional<std::string> check_host_batch(const fj::PagedPrefillArgs& args, bo
   return std::nullopt;
 }
 
-void attention(const CpuKernel& kernel, const fj::PagedPrefillArgs& args, ThreadPool& pool) {
+void attention(const CpuKernel& kernel, const fj::PagedPrefillArgs& args, const fj::KvShard* shard,
+               ThreadPool& pool) {
   const bool contiguous = kernel.config.page_size == 0;
-  const Job job{kernel, args, contiguous, kernel.config.page_size,
-                args.num_heads / args.num_kv_heads};
+  const Job job{
+      kernel, args, contiguous, kernel.config.page_size, args.num_heads / args.num_kv_heads, shard};
   // Items of longer queries first, so that the last ones handed out are short.
   std::vector<Item> items;
   for (int r = 0; r < args.num_reqs; ++r) {
@@ -642,43 +696,90 @@ void attention(const CpuKernel& kernel, const fj::PagedPrefillArgs& args, Thread
   }
 }
 
+namespace {
+
+// Merges one row's `count` states (state s: lse_of(s), output row row_of(s)) in state order into
+// dst: out = sum_s w_s out_s / sum_s w_s with w_s = e^(lse_s - m), the sink joining the
+// denominator (finish_row). A state of weight 0 is skipped, so garbage (even NaN) in an empty
+// partial cannot leak; every state is read before dst is written (dst may be one of them).
+// Returns the row's lse.
+template <typename LseOf, typename RowOf>
+float merge_row(int count, const LseOf& lse_of, const RowOf& row_of, float sink, int head_dim,
+                fj_dtype dtype, float* merged, uint16_t* dst) {
+  float m = kNegInf;
+  for (int s = 0; s < count; ++s)
+    m = std::max(m, lse_of(s));
+  const bool empty = m == kNegInf;
+  float total = 0.0f;
+  std::fill(merged, merged + head_dim, 0.0f);
+  for (int s = 0; s < count; ++s) {
+    const float w = empty ? 0.0f : std::exp(lse_of(s) - m);
+    total += w;
+    if (!(w > 0.0f)) continue;
+    const uint16_t* row = row_of(s);
+    for (int d = 0; d < head_dim; ++d)
+      merged[d] += w * from_bits(row[d], dtype);
+  }
+  const fj::RowFinish finished = fj::finish_row(m, total, sink);
+  for (int d = 0; d < head_dim; ++d)
+    dst[d] = to_bits(merged[d] * finished.scale, dtype);
+  return finished.lse;
+}
+
+// Calls f(token, head, merged) for every (token, head) row on `pool`, 64 rows a task; `merged`
+// is the task's scratch of head_dim floats.
+template <typename F>
+void for_each_merge_row(int32_t num_tokens, int32_t num_heads, int32_t head_dim, ThreadPool& pool,
+                        const F& f) {
+  constexpr int64_t kRowsPerIndex = 64;
+  const int64_t rows = int64_t{num_tokens} * num_heads;
+  pool.run((rows + kRowsPerIndex - 1) / kRowsPerIndex, [&](int64_t index) {
+    std::vector<float> merged(head_dim);
+    for (int64_t row = index * kRowsPerIndex; row < std::min(rows, (index + 1) * kRowsPerIndex);
+         ++row)
+      f(row / num_heads, row % num_heads, merged.data());
+  });
+}
+
+}  // namespace
+
 void merge_states(const fj::MergeStatesArgs& args, bool bf16, ThreadPool& pool) {
   const fj_dtype dtype = bf16 ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
-  const int64_t rows = int64_t{args.num_tokens} * args.num_heads;
-  constexpr int64_t kRowsPerIndex = 64;
   const uint16_t* out_a = static_cast<const uint16_t*>(args.out_a);
   const uint16_t* out_b = static_cast<const uint16_t*>(args.out_b);
   uint16_t* out = static_cast<uint16_t*>(args.out);
-  pool.run((rows + kRowsPerIndex - 1) / kRowsPerIndex, [&](int64_t index) {
-    std::vector<float> merged(args.head_dim);
-    for (int64_t row = index * kRowsPerIndex; row < std::min(rows, (index + 1) * kRowsPerIndex);
-         ++row) {
-      const int64_t token = row / args.num_heads;
-      const int64_t head = row % args.num_heads;
-      const float lse_a = args.lse_a[token * args.lse_a_stride_token + head];
-      const float lse_b = args.lse_b[token * args.lse_b_stride_token + head];
-      const float m = std::max(lse_a, lse_b);
-      const bool empty = m == kNegInf;
-      const float w_a = empty ? 0.0f : std::exp(lse_a - m);
-      const float w_b = empty ? 0.0f : std::exp(lse_b - m);
-      const fj::RowFinish finished = fj::finish_row(m, w_a + w_b, fj::sink_of(args.sinks, head));
-      const float inv = finished.scale;
-      const uint16_t* a = out_a + token * args.out_a_stride_token + head * args.out_a_stride_head;
-      const uint16_t* b = out_b + token * args.out_b_stride_token + head * args.out_b_stride_head;
-      // A side of weight 0 is skipped, so garbage (even NaN) in an empty partial cannot leak.
-      // Both inputs are read before the row is written: out may alias out_a or out_b.
-      for (int d = 0; d < args.head_dim; ++d) {
-        float value = 0.0f;
-        if (w_a > 0.0f) value += w_a * from_bits(a[d], dtype);
-        if (w_b > 0.0f) value += w_b * from_bits(b[d], dtype);
-        merged[d] = value * inv;
-      }
-      uint16_t* dst = out + token * args.out_stride_token + head * args.out_stride_head;
-      for (int d = 0; d < args.head_dim; ++d)
-        dst[d] = to_bits(merged[d], dtype);
-      if (args.lse != nullptr) args.lse[token * args.lse_stride_token + head] = finished.lse;
-    }
-  });
+  for_each_merge_row(args.num_tokens, args.num_heads, args.head_dim, pool,
+                     [&](int64_t token, int64_t head, float* merged) {
+                       const float lses[2] = {args.lse_a[token * args.lse_a_stride_token + head],
+                                              args.lse_b[token * args.lse_b_stride_token + head]};
+                       const uint16_t* rows[2] = {
+                           out_a + token * args.out_a_stride_token + head * args.out_a_stride_head,
+                           out_b + token * args.out_b_stride_token + head * args.out_b_stride_head};
+                       const float lse = merge_row(
+                           2, [&](int s) { return lses[s]; }, [&](int s) { return rows[s]; },
+                           fj::sink_of(args.sinks, head), args.head_dim, dtype, merged,
+                           out + token * args.out_stride_token + head * args.out_stride_head);
+                       if (args.lse != nullptr)
+                         args.lse[token * args.lse_stride_token + head] = lse;
+                     });
+}
+
+void merge_states_n(const fj_merge_states_n_args& args, ThreadPool& pool) {
+  const uint16_t* states = static_cast<const uint16_t*>(args.states_out);
+  uint16_t* out = static_cast<uint16_t*>(args.out);
+  for_each_merge_row(args.num_tokens, args.num_heads, args.head_dim, pool,
+                     [&](int64_t token, int64_t head, float* merged) {
+                       const float* lses = args.states_lse + token * args.lse_stride_token + head;
+                       const uint16_t* rows =
+                           states + token * args.out_stride_token + head * args.out_stride_head;
+                       const float lse = merge_row(
+                           args.num_states, [&](int s) { return lses[s * args.lse_stride_state]; },
+                           [&](int s) { return rows + s * args.out_stride_state; },
+                           fj::sink_of(args.sinks, head), args.head_dim, args.dtype, merged,
+                           out + token * args.merged_stride_token + head * args.merged_stride_head);
+                       if (args.lse != nullptr)
+                         args.lse[token * args.merged_lse_stride_token + head] = lse;
+                     });
 }
 
 void kv_cache_write(const fj::KvCacheWriteArgs& args, ThreadPool& pool) {

@@ -10,10 +10,11 @@ namespace flexjit::cpu {
 std::optional<LaunchFailure> launch_attention(const CpuKernel& kernel, const SummaryLayout& layout,
                                               fj::PagedPrefillArgs args, void* workspace,
                                               int32_t num_tokens, int32_t num_key_tokens,
-                                              int32_t max_query_len, int64_t num_blocks) {
+                                              int32_t max_query_len, int64_t num_blocks,
+                                              const fj::KvShard* shard) {
   const bool contiguous = kernel.config.page_size == 0;
   if (auto problem = check_host_batch(args, contiguous, kernel.config.page_size, num_tokens,
-                                      num_key_tokens, max_query_len, num_blocks)) {
+                                      num_key_tokens, max_query_len, num_blocks, shard)) {
     return LaunchFailure{FJ_ERROR_INVALID_ARGUMENT, std::move(*problem)};
   }
   // The host twin of the summary kernel, into the caller's workspace when there is one (so a
@@ -31,7 +32,7 @@ std::optional<LaunchFailure> launch_attention(const CpuKernel& kernel, const Sum
     build_summary(array, entry.is_float, summary);
     array.summary = summary;
   }
-  attention(kernel, args, ThreadPool::shared());
+  attention(kernel, args, shard, ThreadPool::shared());
   return std::nullopt;
 }
 

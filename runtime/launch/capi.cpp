@@ -282,9 +282,60 @@ std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const i
   return prepare_arrays(kernel, arrays, num_arrays, bad_index, num_reqs, num_heads, device.params);
 }
 
+// The shard layout of a context-parallel call (0.9, flexjit.h): nullopt when the call holds every
+// key of its requests.
+std::optional<Failure> prepare_shard(const fj_kernel& kernel, const fj_paged_attention_args& a,
+                                     std::optional<fj::KvShard>& shard) {
+  shard.reset();
+  if (auto f = require_non_negative(
+          {{"kv_shard_count", a.kv_shard_count}, {"kv_shard_interleave", a.kv_shard_interleave}})) {
+    return f;
+  }
+  const int32_t count = std::max(a.kv_shard_count, 1);
+  const int32_t interleave = std::max(a.kv_shard_interleave, 1);
+  if (a.kv_shard_rank < 0 || a.kv_shard_rank >= count) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("kv_shard_rank ({}) is outside [0, kv_shard_count = {})",
+                            a.kv_shard_rank, count));
+  }
+  if (count == 1 && a.kv_shard_offsets == nullptr && a.global_seq_lens == nullptr) {
+    return std::nullopt;
+  }
+  if (a.global_seq_lens == nullptr) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                "global_seq_lens is null: a sharded call (kv_shard_count > 1 or kv_shard_offsets) "
+                "places its queries by each request's length over all shards");
+  }
+  for (const auto& [name, pointer] : {std::pair{"kv_shard_offsets", a.kv_shard_offsets},
+                                      std::pair{"global_seq_lens", a.global_seq_lens}}) {
+    if (reinterpret_cast<std::uintptr_t>(pointer) % alignof(int32_t) != 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is not 4-byte aligned", name));
+    }
+  }
+  if (int64_t{count} * interleave > 0x7fffffff) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("kv_shard_count ({}) times kv_shard_interleave ({}) exceeds 2^31 - 1",
+                            count, interleave));
+  }
+  if (a.sinks != nullptr) {
+    return fail(FJ_ERROR_INVALID_ARGUMENT,
+                "sinks are given to a sharded call, whose shards would each count them: pass them "
+                "to fj_merge_states_n instead");
+  }
+  if (kernel.entry->cpu == nullptr) {
+    return fail(FJ_ERROR_UNSUPPORTED,
+                "sharded keys (kv_shard_count, kv_shard_offsets, global_seq_lens: context "
+                "parallelism) run on CPU kernels (arch \"cpu\") in this version; CUDA kernels do "
+                "not read them yet");
+  }
+  shard = fj::KvShard{a.kv_shard_offsets, a.global_seq_lens, a.kv_shard_rank, count, interleave};
+  return std::nullopt;
+}
+
 // Checks every argument the host can see without touching device memory; fills `device`.
 std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_paged_attention_args& a,
-                                          fj::PagedPrefillArgs& device) {
+                                          fj::PagedPrefillArgs& device,
+                                          std::optional<fj::KvShard>& shard) {
   if (kernel.config.page_size == 0) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
                 "kernel was created with page_size 0 (contiguous K/V): use fj_varlen_attention");
@@ -343,6 +394,7 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
                                a.num_kv_heads)) {
     return f;
   }
+  if (auto f = prepare_shard(kernel, a, shard)) return f;
   device = fj::PagedPrefillArgs{};
   if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.arrays, a.num_arrays,
                                         a.bad_index, a.num_reqs, a.scale, a.lse, a.lse_stride_token,
@@ -647,12 +699,13 @@ std::optional<Failure> check_longest_query(const char* name, int32_t max_query_l
 // query rows each (`num_tokens` in all), after the summaries of the arrays it reads (in
 // `workspace`, or the kernel's own buffer when null). A CPU kernel runs here and now; it checks
 // a contiguous call's key_start_loc against `num_key_tokens` and block-table entries against
-// `num_blocks` (0: unchecked).
+// `num_blocks` (0: unchecked). `shard`: a sharded call's layout (CPU kernels only), or null.
 std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs& device,
                                         void* workspace, uint64_t workspace_bytes,
                                         int32_t max_query_len, int32_t num_sequences,
                                         int32_t num_tokens, int32_t num_key_tokens,
-                                        int64_t num_blocks, void* stream) {
+                                        int64_t num_blocks, const fj::KvShard* shard,
+                                        void* stream) {
   const int64_t group = device.num_heads / device.num_kv_heads;
   const int64_t packed_rows = int64_t{max_query_len} * group;
   const PrefillLaunchShape& shape = kernel.launch_shape;
@@ -668,7 +721,7 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
   if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
   if (kernel.entry->cpu) {
     if (auto f = cpu::launch_attention(*kernel.entry->cpu, layout, device, workspace, num_tokens,
-                                       num_key_tokens, max_query_len, num_blocks)) {
+                                       num_key_tokens, max_query_len, num_blocks, shard)) {
       return fail(f->status, std::move(f->message));
     }
     return std::nullopt;
@@ -993,14 +1046,15 @@ FJ_API fj_status fj_paged_attention(fj_kernel* kernel, const fj_paged_attention_
       return f;
     }
     fj::PagedPrefillArgs device;
-    if (auto failure = flexjit::prepare_paged_args(*kernel, a, device)) return failure;
+    std::optional<fj::KvShard> shard;
+    if (auto failure = flexjit::prepare_paged_args(*kernel, a, device, shard)) return failure;
     if (auto failure = flexjit::check_longest_query("max_query_len", a.max_query_len, a.num_reqs,
                                                     a.num_tokens)) {
       return failure;
     }
     return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes,
                                      a.max_query_len, a.num_reqs, a.num_tokens, 0, a.num_blocks,
-                                     stream);
+                                     shard ? &*shard : nullptr, stream);
   });
 }
 
@@ -1020,7 +1074,7 @@ FJ_API fj_status fj_varlen_attention(fj_kernel* kernel, const fj_varlen_attentio
       return failure;
     }
     return flexjit::launch_attention(*kernel, device, a.workspace, a.workspace_bytes, a.max_seq_len,
-                                     a.num_seqs, a.num_tokens, a.num_tokens_k, 0, stream);
+                                     a.num_seqs, a.num_tokens, a.num_tokens_k, 0, nullptr, stream);
   });
 }
 
@@ -1229,6 +1283,79 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
     }
     return flexjit::launch(*kernel, static_cast<unsigned>(blocks), 1, 1, fj::kMergeStatesThreads, 0,
                            stream, &device);
+  });
+}
+
+FJ_API fj_status fj_merge_states_n(fj_context* context, const fj_merge_states_n_args* args,
+                                   void* stream) {
+  (void)stream;  // CPU merges only, which ignore the stream
+  return guarded(context, [&]() -> std::optional<Failure> {
+    if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
+    fj_merge_states_n_args a;
+    if (auto f = flexjit::read_args_struct("args", args, sizeof(fj_merge_states_n_args), a)) {
+      return f;
+    }
+    if (auto f = flexjit::check_device(a.device)) return f;
+    if (auto f = flexjit::check_dtype(a.dtype)) return f;
+    if (a.num_states <= 0 || a.num_tokens < 0 || a.num_heads <= 0 || a.head_dim <= 0 ||
+        a.head_dim % 8 != 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("num_states ({}) must be positive, num_tokens ({}) >= 0, num_heads "
+                              "({}) positive, head_dim ({}) a positive multiple of 8",
+                              a.num_states, a.num_tokens, a.num_heads, a.head_dim));
+    }
+    if (auto f = flexjit::require_non_null(
+            {{"states_out", a.states_out}, {"states_lse", a.states_lse}, {"out", a.out}})) {
+      return f;
+    }
+    if (auto f = flexjit::require_aligned_16({{"states_out", a.states_out}, {"out", a.out}})) {
+      return f;
+    }
+    for (const auto& [name, pointer] : {std::pair{"states_lse", a.states_lse},
+                                        std::pair{"lse", static_cast<const float*>(a.lse)}}) {
+      if (reinterpret_cast<std::uintptr_t>(pointer) % alignof(float) != 0) {
+        return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} is not 4-byte aligned", name));
+      }
+    }
+    if (auto f = flexjit::check_sinks(a.sinks)) return f;
+    if (auto f = flexjit::require_row_strides({{"out_stride_state", a.out_stride_state},
+                                               {"out_stride_token", a.out_stride_token},
+                                               {"out_stride_head", a.out_stride_head},
+                                               {"merged_stride_token", a.merged_stride_token},
+                                               {"merged_stride_head", a.merged_stride_head}})) {
+      return f;
+    }
+    for (const auto& [name, stride, present] :
+         {std::tuple{"lse_stride_token", a.lse_stride_token, true},
+          std::tuple{"merged_lse_stride_token", a.merged_lse_stride_token, a.lse != nullptr}}) {
+      if (present && stride < a.num_heads) {
+        return fail(FJ_ERROR_INVALID_ARGUMENT, fmt::format("{} ({}) is smaller than num_heads ({})",
+                                                           name, stride, a.num_heads));
+      }
+    }
+    if (a.lse_stride_state < 0) {
+      return fail(FJ_ERROR_INVALID_ARGUMENT,
+                  fmt::format("lse_stride_state ({}) is negative", a.lse_stride_state));
+    }
+    // The states' LSEs must not change under the merge: lse may not overlap them (strides are
+    // non-negative, so each spans [base, base + its last element]).
+    if (a.lse != nullptr && a.num_tokens > 0) {
+      const float* states_end = a.states_lse + (a.num_states - 1) * a.lse_stride_state +
+                                (a.num_tokens - 1) * a.lse_stride_token + a.num_heads;
+      const float* merged_end =
+          a.lse + (a.num_tokens - 1) * a.merged_lse_stride_token + a.num_heads;
+      if (std::less<>()(a.lse, states_end) && std::less<>()(a.states_lse, merged_end)) {
+        return fail(FJ_ERROR_INVALID_ARGUMENT, "lse overlaps states_lse");
+      }
+    }
+    if (a.device == FJ_DEVICE_CUDA) {
+      return fail(FJ_ERROR_UNSUPPORTED,
+                  "fj_merge_states_n merges on the CPU (FJ_DEVICE_CPU) in this version; on CUDA, "
+                  "fj_merge_states merges two states at a time");
+    }
+    if (a.num_tokens == 0) return std::nullopt;
+    flexjit::cpu::merge_states_n(a, flexjit::cpu::ThreadPool::shared());
+    return std::nullopt;
   });
 }
 

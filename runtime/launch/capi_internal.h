@@ -117,9 +117,11 @@ std::optional<Failure> require_non_null(std::initializer_list<NamedPointer> poin
 std::optional<Failure> require_non_negative(std::initializer_list<NamedValue> values);
 
 // Checks the arguments of a paged call and fills the kernel's argument struct (work list
-// fields null).
+// fields null) and, for a sharded call (0.9's kv_shard_* and global_seq_lens), `shard`
+// (nullopt otherwise). Sharded calls are refused for CUDA kernels.
 std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_paged_attention_args& a,
-                                          fj::PagedPrefillArgs& device);
+                                          fj::PagedPrefillArgs& device,
+                                          std::optional<fj::KvShard>& shard);
 
 // Loads `kernel` in the current CUDA context and enqueues it with `args` as its only parameter.
 std::optional<Failure> launch(const CompiledKernel& kernel, unsigned grid_x, unsigned grid_y,

@@ -263,7 +263,8 @@ std::optional<Failure> update_plan(fj_plan& plan, const int32_t* query_start_loc
 std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a, void* stream) {
   fj_kernel& kernel = *plan.kernel;
   fj::PagedPrefillArgs device;
-  if (auto f = prepare_paged_args(kernel, a, device)) return f;
+  std::optional<fj::KvShard> shard;  // plans are for CUDA kernels, which refuse sharded calls
+  if (auto f = prepare_paged_args(kernel, a, device, shard)) return f;
   if (a.num_heads != plan.shape.num_heads || a.num_kv_heads != plan.shape.num_kv_heads) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
                 fmt::format("args have {} heads over {} kv heads, the plan {} over {}", a.num_heads,

@@ -159,6 +159,27 @@ struct Fixture {
     m.device = FJ_DEVICE_CPU;
     return m;
   }
+
+  // Two states of q's shape, stacked in q's buffer (2 tokens each), their LSEs in lse's.
+  fj_merge_states_n_args merge_n() {
+    fj_merge_states_n_args m{};
+    m.struct_size = sizeof(m);
+    m.dtype = FJ_DTYPE_BF16;
+    m.device = FJ_DEVICE_CPU;
+    m.num_states = 2;
+    m.states_out = q;
+    m.states_lse = lse;
+    m.out = out;
+    m.num_tokens = 2;
+    m.num_heads = 8;
+    m.head_dim = 128;
+    m.out_stride_state = 2 * 8 * 128;
+    m.out_stride_token = m.merged_stride_token = 8 * 128;
+    m.out_stride_head = m.merged_stride_head = 128;
+    m.lse_stride_state = 2 * 8;
+    m.lse_stride_token = m.merged_lse_stride_token = 8;
+    return m;
+  }
 };
 
 // One call of the table: what it does (on a fresh fixture), the status it must return, and
@@ -488,6 +509,36 @@ std::vector<Row> table() {
        [](F& f) { return f.paged_call([](F& g) { g.args.struct_size = 8; }); }, kInvalid},
       {"fj_paged_attention, num_tokens -1",
        [](F& f) { return f.paged_call([](F& g) { g.args.num_tokens = -1; }); }, kInvalid},
+      // Context parallelism (0.9): a shard's layout.
+      {"fj_paged_attention, kv_shard_rank past kv_shard_count",
+       [](F& f) {
+         return f.paged_call([](F& g) {
+           g.args.kv_shard_count = 2;
+           g.args.kv_shard_rank = 2;
+         });
+       },
+       kInvalid},
+      {"fj_paged_attention, sharded without global_seq_lens",
+       [](F& f) { return f.paged_call([](F& g) { g.args.kv_shard_count = 2; }); }, kInvalid},
+      {"fj_paged_attention, a shard's keys past the request's length",
+       [](F& f) {
+         return f.paged_call([](F& g) {
+           static const int32_t global = 20;  // rank 1 of 2 puts 20 keys up to position 39
+           g.args.global_seq_lens = &global;
+           g.args.kv_shard_count = 2;
+           g.args.kv_shard_rank = 1;
+         });
+       },
+       kInvalid},
+      {"fj_paged_attention, a shard offset at INT32_MAX",
+       [](F& f) {
+         return f.paged_call([](F& g) {
+           static const int32_t global = 100, offset = 0x7fffffff;
+           g.args.global_seq_lens = &global;
+           g.args.kv_shard_offsets = &offset;
+         });
+       },
+       kInvalid},
       {"fj_paged_attention, max_query_len 0 with rows",
        [](F& f) { return f.paged_call([](F& g) { g.args.max_query_len = 0; }); }, kInvalid},
       {"fj_paged_attention, max_query_len too small",
@@ -749,6 +800,49 @@ std::vector<Row> table() {
          return fj_merge_states(f.context, &m, nullptr);
        },
        kInvalid},
+      {"fj_merge_states_n, null context",
+       [](F& f) {
+         const fj_merge_states_n_args m = f.merge_n();
+         return fj_merge_states_n(nullptr, &m, nullptr);
+       },
+       kInvalid, false},
+      {"fj_merge_states_n, null args",
+       [](F& f) { return fj_merge_states_n(f.context, nullptr, nullptr); }, kInvalid},
+      {"fj_merge_states_n, num_states -3",
+       [](F& f) {
+         fj_merge_states_n_args m = f.merge_n();
+         m.num_states = -3;
+         return fj_merge_states_n(f.context, &m, nullptr);
+       },
+       kInvalid},
+      {"fj_merge_states_n, null out",
+       [](F& f) {
+         fj_merge_states_n_args m = f.merge_n();
+         m.out = nullptr;
+         return fj_merge_states_n(f.context, &m, nullptr);
+       },
+       kInvalid},
+      {"fj_merge_states_n, negative state stride",
+       [](F& f) {
+         fj_merge_states_n_args m = f.merge_n();
+         m.out_stride_state = -8;
+         return fj_merge_states_n(f.context, &m, nullptr);
+       },
+       kInvalid},
+      {"fj_merge_states_n, lse inside states_lse",
+       [](F& f) {
+         fj_merge_states_n_args m = f.merge_n();
+         m.lse = f.lse + 8;
+         return fj_merge_states_n(f.context, &m, nullptr);
+       },
+       kInvalid},
+      {"fj_merge_states_n, on CUDA",
+       [](F& f) {
+         fj_merge_states_n_args m = f.merge_n();
+         m.device = FJ_DEVICE_CUDA;
+         return fj_merge_states_n(f.context, &m, nullptr);
+       },
+       kUnsupported},
       // Precompiling.
       {"fj_precompile, null context",
        [](F& f) { return fj_precompile(nullptr, f.program, nullptr, 0, nullptr, nullptr); },

@@ -25,6 +25,7 @@
 #include "check/cpu_check.h"
 #include "check/paged_check.h"
 #include "check/reference.h"
+#include "check/shard_check.h"
 #include "cpu/cpu_attention.h"
 #include "cpu/float16.h"
 #include "fj_ops.cuh"
@@ -269,6 +270,56 @@ TEST_CASE("CPU paged attention matches the reference over a sweep", "[cpu][sweep
   run_sweep("[cpu] paged sweep", sweep_configs(paged, 200, 7));
 }
 
+TEST_CASE("CPU: sharded keys merge into the unsharded result (context parallelism)",
+          "[cpu][sweep][shard]") {
+  // The paged sweep's space, each configuration dealt into 2-8 shards: vLLM's interleaved layout
+  // (runs of 1, 3, 16, 64 or 100 keys) or contiguous shards cut at random points, uneven and at
+  // times empty; each shard run as a sharded call, the states merged by fj_merge_states_n (the
+  // sinks with them), against the reference and the unsharded call.
+  const Axes paged{{"causal", "sliding", "prefix_lm", "rswa", "chunked", "document",
+                    "prefix_ranges", "bidirectional"},
+                   {"none", "softcap", "alibi"},
+                   {"decode", "short", "chunked", "long"},
+                   {16, 64},
+                   {flexjit::KvLayout::NHD, flexjit::KvLayout::HND_JOINT},
+                   false};
+  std::vector<flexjit::PagedCheckConfig> configs = sweep_configs(paged, 48, 36);
+  Rng rng(3600);
+  const std::vector<int> interleaves = {1, 3, 16, 64, 100};
+  int64_t rows_empty_in_some_shard = 0, empty_shards = 0;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    flexjit::PagedCheckConfig& config = configs[i];
+    if (i % 6 == 5) config.sinks = flexjit::random_sinks(config.num_heads, config.seed);
+    if (i % 8 == 7) config.kv_fp8 = true;
+    flexjit::ShardCheckConfig shards;
+    shards.count = rng.between(2, 8);
+    shards.layout =
+        i % 3 == 2 ? flexjit::ShardLayout::Contiguous : flexjit::ShardLayout::Interleaved;
+    shards.interleave = interleaves[rng.below(static_cast<int>(interleaves.size()))];
+    shards.seed = config.seed;
+    INFO(fmt::format("case #{}: {}; {} shards, {}", i, describe(config), shards.count,
+                     shards.layout == flexjit::ShardLayout::Contiguous
+                         ? std::string("contiguous")
+                         : fmt::format("interleave {}", shards.interleave)));
+    auto report =
+        flexjit::run_cpu_shard_check(standard().context, standard().program, config, shards);
+    INFO((report ? std::string() : report.error().message));
+    REQUIRE(report.ok());
+    correct(config, report->merged);
+    INFO(fmt::format("against the unsharded call: rel {:.3e}, lse {:.3e}, non-finite {}",
+                     report->unsharded.relative, report->unsharded.lse_max_abs,
+                     report->unsharded.mismatched_non_finite));
+    CHECK(report->unsharded.relative <= flexjit::relative_error_tolerance(config));
+    CHECK(report->unsharded.lse_max_abs <= 2e-3);
+    CHECK(report->unsharded.mismatched_non_finite == 0);
+    rows_empty_in_some_shard += report->rows_empty_in_some_shard;
+    empty_shards += std::count(report->keys_per_shard.begin(), report->keys_per_shard.end(), 0);
+  }
+  // The sweep reached shards a row sees nothing of, and shards holding no key at all.
+  CHECK(rows_empty_in_some_shard > 0);
+  CHECK(empty_shards > 0);
+}
+
 TEST_CASE("CPU encoder attention matches the reference over a sweep", "[cpu][sweep]") {
   const Axes encoder{{"bidirectional", "sliding_sym", "document", "causal"},
                      {"none", "softcap", "alibi"},
@@ -491,7 +542,7 @@ TEST_CASE("CPU attention is deterministic whatever the thread count", "[cpu]") {
     lses.emplace_back(rows, 0.0f);
     args.out = outs.back().data();
     args.lse = lses.back().data();
-    flexjit::cpu::attention(cpu_kernel, args, pool);
+    flexjit::cpu::attention(cpu_kernel, args, nullptr, pool);
   }
   CHECK(outs[0] == outs[1]);
   CHECK(outs[0] == outs[2]);

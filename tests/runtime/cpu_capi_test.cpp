@@ -4,6 +4,7 @@
 // computation.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
@@ -358,4 +359,179 @@ TEST_CASE("fj_merge_states on the CPU merges by LSE and keeps empty rows empty",
   config.in_place = GENERATE(false, true);
   config.sinks = GENERATE(false, true);
   flexjit::testing::require_merge_states_correct(c.context, config);
+}
+
+TEST_CASE("fj_merge_states_n on the CPU merges N states by LSE in their order", "[cpu][shard]") {
+  Context c;
+  flexjit::MergeStatesCheckConfig config;
+  config.device = FJ_DEVICE_CPU;
+  config.num_states = GENERATE(1, 2, 3, 8);
+  config.dtype = GENERATE(FJ_DTYPE_BF16, FJ_DTYPE_FP16);
+  config.in_place = GENERATE(false, true);
+  config.sinks = GENERATE(false, true);
+  flexjit::testing::require_merge_states_correct(c.context, config);
+}
+
+TEST_CASE("fj_merge_states_n of two states is fj_merge_states", "[cpu][shard]") {
+  // The same math for the same inputs: bit for bit.
+  Context c;
+  constexpr int kTokens = 6, kHeads = 4, kDim = 64, kRows = kTokens * kHeads;
+  Buffer<uint16_t> states(2 * kRows * kDim), two(kRows * kDim, 0xffff), n(kRows * kDim, 0xffff);
+  Buffer<float> lses(2 * kRows), two_lse(kRows), n_lse(kRows);
+  for (int i = 0; i < 2 * kRows * kDim; ++i)
+    states.get()[i] = static_cast<uint16_t>(0x3c00 + (i * 37) % 900);
+  for (int i = 0; i < 2 * kRows; ++i)
+    lses.get()[i] = i % 7 == 3 ? -std::numeric_limits<float>::infinity() : 0.37f * (i % 11) - 2.0f;
+  fj_merge_states_args a{};
+  a.struct_size = sizeof(a);
+  a.dtype = FJ_DTYPE_FP16;
+  a.device = FJ_DEVICE_CPU;
+  a.out_a = states.get();
+  a.out_b = states.get() + kRows * kDim;
+  a.lse_a = lses.get();
+  a.lse_b = lses.get() + kRows;
+  a.out = two.get();
+  a.lse = two_lse.get();
+  a.num_tokens = kTokens;
+  a.num_heads = kHeads;
+  a.head_dim = kDim;
+  a.out_a_stride_token = a.out_b_stride_token = a.out_stride_token = kHeads * kDim;
+  a.out_a_stride_head = a.out_b_stride_head = a.out_stride_head = kDim;
+  a.lse_a_stride_token = a.lse_b_stride_token = a.lse_stride_token = kHeads;
+  REQUIRE(fj_merge_states(c.context, &a, nullptr) == FJ_SUCCESS);
+  fj_merge_states_n_args m{};
+  m.struct_size = sizeof(m);
+  m.dtype = FJ_DTYPE_FP16;
+  m.device = FJ_DEVICE_CPU;
+  m.num_states = 2;
+  m.states_out = states.get();
+  m.states_lse = lses.get();
+  m.out = n.get();
+  m.lse = n_lse.get();
+  m.num_tokens = kTokens;
+  m.num_heads = kHeads;
+  m.head_dim = kDim;
+  m.out_stride_state = kRows * kDim;
+  m.out_stride_token = m.merged_stride_token = kHeads * kDim;
+  m.out_stride_head = m.merged_stride_head = kDim;
+  m.lse_stride_state = kRows;
+  m.lse_stride_token = m.merged_lse_stride_token = kHeads;
+  REQUIRE(fj_merge_states_n(c.context, &m, nullptr) == FJ_SUCCESS);
+  CHECK(std::memcmp(two.get(), n.get(), kRows * kDim * sizeof(uint16_t)) == 0);
+  CHECK(std::memcmp(two_lse.get(), n_lse.get(), kRows * sizeof(float)) == 0);
+
+  // Bad arguments get a status and a message, and leave out untouched.
+  const auto status_of = [&](auto&& edit) {
+    fj_merge_states_n_args bad = m;
+    std::fill(n.get(), n.get() + kRows * kDim, uint16_t{0x1234});
+    edit(bad);
+    const fj_status status = fj_merge_states_n(c.context, &bad, nullptr);
+    CHECK(std::all_of(n.get(), n.get() + kRows * kDim, [](uint16_t x) { return x == 0x1234; }));
+    return status;
+  };
+  CHECK(fj_merge_states_n(nullptr, &m, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(fj_merge_states_n(c.context, nullptr, nullptr) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](fj_merge_states_n_args& b) { b.num_states = 0; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error().find("num_states (0) must be positive") == 0);
+  CHECK(status_of([](fj_merge_states_n_args& b) { b.states_lse = nullptr; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "states_lse is null");
+  CHECK(status_of([](fj_merge_states_n_args& b) { b.out_stride_state = 12; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](fj_merge_states_n_args& b) { b.lse_stride_state = -1; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](fj_merge_states_n_args& b) { b.lse_stride_token = 3; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([&](fj_merge_states_n_args& b) { b.lse = lses.get() + kRows + 5; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "lse overlaps states_lse");
+  CHECK(status_of([](fj_merge_states_n_args& b) { b.dtype = FJ_DTYPE_FP8_E4M3; }) ==
+        FJ_ERROR_UNSUPPORTED);
+  CHECK(status_of([](fj_merge_states_n_args& b) { b.device = static_cast<fj_device>(7); }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](fj_merge_states_n_args& b) { b.struct_size = 8; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](fj_merge_states_n_args& b) { b.device = FJ_DEVICE_CUDA; }) ==
+        FJ_ERROR_UNSUPPORTED);
+  CHECK(c.error().find("fj_merge_states_n merges on the CPU") == 0);
+}
+
+TEST_CASE("CPU sharded calls check their layout against the request", "[cpu][shard]") {
+  // PagedBatch: one request of 20 keys and 4 new tokens; as a shard of a longer request.
+  Context c;
+  fj_kernel* kernel = cpu_kernel(c, "sliding", 16);
+  Buffer<int32_t> global(1), offsets(1);
+  const auto status_of = [&](auto&& edit) {
+    PagedBatch batch;
+    global.get()[0] = 100;
+    offsets.get()[0] = 0;
+    batch.args.global_seq_lens = global.get();
+    batch.args.kv_shard_rank = 1;
+    batch.args.kv_shard_count = 4;
+    batch.args.kv_shard_interleave = 2;
+    edit(batch);
+    return fj_paged_attention(kernel, &batch.args, nullptr);
+  };
+  // Rank 1 of 4 in runs of 2: its 20 keys sit at positions 2, 3, 10, 11, ..., 74, 75 of 100.
+  CHECK(status_of([](PagedBatch&) {}) == FJ_SUCCESS);
+  CHECK(status_of([&](PagedBatch&) { global.get()[0] = 76; }) == FJ_SUCCESS);
+  CHECK(status_of([&](PagedBatch&) { global.get()[0] = 75; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() ==
+        "request 0's shard puts its 20 keys at positions 2 to 75, outside [0, "
+        "global_seq_lens[0] = 75) (kv_shard_offsets[0] = 0, rank 1 of 4, interleave 2)");
+  CHECK(status_of([&](PagedBatch&) { global.get()[0] = 3; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "global_seq_lens[0] (3) is smaller than the request's 4 query rows");
+  // A shard of no key, and one with fewer keys than the request has new tokens.
+  CHECK(status_of([](PagedBatch& b) { b.seq_lens.get()[0] = 0; }) == FJ_SUCCESS);
+  CHECK(status_of([](PagedBatch& b) { b.seq_lens.get()[0] = 2; }) == FJ_SUCCESS);
+  CHECK(status_of([](PagedBatch& b) { b.seq_lens.get()[0] = -1; }) == FJ_ERROR_INVALID_ARGUMENT);
+  // Contiguous shards: a key offset per request.
+  CHECK(status_of([&](PagedBatch& b) {
+          b.args.kv_shard_count = 1;
+          b.args.kv_shard_rank = 0;
+          b.args.kv_shard_offsets = offsets.get();
+          offsets.get()[0] = 80;
+        }) == FJ_SUCCESS);
+  CHECK(status_of([&](PagedBatch& b) {
+          b.args.kv_shard_count = 1;
+          b.args.kv_shard_rank = 0;
+          b.args.kv_shard_offsets = offsets.get();
+          offsets.get()[0] = 81;
+        }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([&](PagedBatch& b) {
+          b.args.kv_shard_count = 1;
+          b.args.kv_shard_rank = 0;
+          b.args.kv_shard_offsets = offsets.get();
+          offsets.get()[0] = -1;
+        }) == FJ_ERROR_INVALID_ARGUMENT);
+  // The layout's own checks.
+  CHECK(status_of([](PagedBatch& b) { b.args.kv_shard_rank = 4; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error() == "kv_shard_rank (4) is outside [0, kv_shard_count = 4)");
+  CHECK(status_of([](PagedBatch& b) { b.args.kv_shard_rank = -1; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.kv_shard_count = -2; }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.kv_shard_interleave = -2; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) {
+          b.args.kv_shard_count = 1 << 16;
+          b.args.kv_shard_interleave = 1 << 16;
+        }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) { b.args.global_seq_lens = nullptr; }) ==
+        FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error().find("global_seq_lens is null") == 0);
+  CHECK(status_of([&](PagedBatch& b) {
+          b.args.global_seq_lens =
+              reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(global.get()) + 2);
+        }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(status_of([](PagedBatch& b) {
+          static const float sinks[8] = {};
+          b.args.sinks = sinks;
+        }) == FJ_ERROR_INVALID_ARGUMENT);
+  CHECK(c.error().find("sinks are given to a sharded call") == 0);
+  // A 0.8 caller's struct ends before the shard fields: they are not read.
+  CHECK(status_of([](PagedBatch& b) {
+          b.args.kv_shard_rank = 9;
+          b.args.struct_size = offsetof(fj_paged_attention_args, kv_shard_offsets);
+        }) == FJ_SUCCESS);
+  fj_kernel_destroy(kernel);
 }

@@ -16,36 +16,6 @@
 
 namespace flexjit {
 
-namespace {
-
-// Host memory for one launch argument, 64-byte aligned (the C API wants 16).
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  HostBuffer(const void* data, size_t bytes) : HostBuffer(bytes, 0) {
-    if (bytes > 0) std::memcpy(memory_.get(), data, bytes);
-  }
-  HostBuffer(size_t bytes, unsigned char fill)
-      : memory_(static_cast<unsigned char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64))) {
-    if (!memory_) throw std::bad_alloc();
-    std::memset(memory_.get(), fill, bytes);
-  }
-  void* get() const { return memory_.get(); }
-
- private:
-  struct Free {
-    void operator()(unsigned char* p) const { std::free(p); }
-  };
-  std::unique_ptr<unsigned char, Free> memory_;
-};
-
-template <class T>
-HostBuffer copy_of(const std::vector<T>& values) {
-  return HostBuffer(values.data(), values.size() * sizeof(T));
-}
-
-}  // namespace
-
 Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* program,
                                         const PagedCheckConfig& config, const PagedInputs& inputs) {
   const HostPagedBatch& batch = inputs.batch;
@@ -114,11 +84,7 @@ Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* p
 Result<PagedCheckReport> run_cpu_paged_check(fj_context* context, const fj_program* program,
                                              const PagedCheckConfig& config_in) {
   PagedCheckConfig config = config_in;
-  VariantSelection selection;
-  selection.name = config.mask;
-  selection.score = config.score;
-  selection.defines = config.defines;
-  auto variant = program_variant(*program, selection);
+  auto variant = config_variant(*program, config);
   if (!variant) return variant.error();
   fill_random_arrays(config, program->arrays);
   auto inputs = make_paged_inputs(config);

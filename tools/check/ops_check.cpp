@@ -256,29 +256,35 @@ Result<MergeStatesCheckReport> run_merge_states_check(fj_context* context,
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> lse_value(-6.0f, 6.0f);
 
+  const bool n_way = config.num_states > 0;
+  const int states = n_way ? config.num_states : 2;
   const int64_t rows = int64_t{config.num_tokens} * config.num_heads;
   const int64_t d = config.head_dim;
   const float inf = std::numeric_limits<float>::infinity();
-  std::vector<uint16_t> out_a(rows * d), out_b(rows * d);
-  std::vector<float> lse_a(rows), lse_b(rows);
+  // The states stacked: state s's row r at s * rows * d + r * d, its lse at s * rows + r.
+  std::vector<uint16_t> outs(states * rows * d);
+  std::vector<float> lses(states * rows);
   for (int64_t row = 0; row < rows; ++row) {
-    // Row kinds by index: both sides visible, a empty, b empty, both empty.
+    // Row kinds by index: every state visible, some empty (two states: a empty, b empty), all
+    // empty.
     const int kind = static_cast<int>(row % 4);
-    lse_a[row] = kind == 1 || kind == 3 ? -inf : lse_value(rng);
-    lse_b[row] = kind == 2 || kind == 3 ? -inf : lse_value(rng);
-    for (int64_t i = 0; i < d; ++i) {
-      // An empty side's output is garbage (NaN): it must not leak into the merge.
-      out_a[row * d + i] =
-          std::isinf(lse_a[row]) ? nan_bits(config.dtype) : to_bits(normal(rng), config.dtype);
-      out_b[row * d + i] =
-          std::isinf(lse_b[row]) ? nan_bits(config.dtype) : to_bits(normal(rng), config.dtype);
+    for (int s = 0; s < states; ++s) {
+      const bool empty =
+          kind == 3 || (states == 2 ? kind == 1 + s : kind != 0 && (row / 4 + s) % 3 == 0);
+      lses[s * rows + row] = empty ? -inf : lse_value(rng);
+      for (int64_t i = 0; i < d; ++i) {
+        // An empty state's output is garbage (NaN): it must not leak into the merge.
+        outs[(s * rows + row) * d + i] =
+            empty ? nan_bits(config.dtype) : to_bits(normal(rng), config.dtype);
+      }
     }
   }
   const std::vector<float> sinks =
       config.sinks ? random_sinks(config.num_heads, config.seed) : std::vector<float>();
 
-  std::vector<uint16_t> got(out_a.size(), 0xffff);
+  std::vector<uint16_t> got(rows * d, 0xffff);
   std::vector<float> got_lse(rows, std::numeric_limits<float>::quiet_NaN());
+  // The two-way merge's arguments (states 0 and 1), or the N-way merge's.
   fj_merge_states_args args{};
   args.struct_size = sizeof(args);
   args.dtype = config.dtype;
@@ -289,60 +295,78 @@ Result<MergeStatesCheckReport> run_merge_states_check(fj_context* context,
   args.out_a_stride_head = args.out_b_stride_head = args.out_stride_head = d;
   args.lse_a_stride_token = args.lse_b_stride_token = args.lse_stride_token = config.num_heads;
   args.device = config.device;
+  fj_merge_states_n_args n_args{};
+  n_args.struct_size = sizeof(n_args);
+  n_args.dtype = config.dtype;
+  n_args.device = config.device;
+  n_args.num_states = states;
+  n_args.num_tokens = config.num_tokens;
+  n_args.num_heads = config.num_heads;
+  n_args.head_dim = config.head_dim;
+  n_args.out_stride_state = rows * d;
+  n_args.out_stride_token = n_args.merged_stride_token = config.num_heads * d;
+  n_args.out_stride_head = n_args.merged_stride_head = d;
+  n_args.lse_stride_state = rows;
+  n_args.lse_stride_token = n_args.merged_lse_stride_token = config.num_heads;
+  // Points the arguments at buffers holding the states (in place: out is state 0's rows).
+  const auto point = [&](void* states_out, const float* states_lse, void* out, float* lse,
+                         const float* sink_logits) {
+    args.out_a = states_out;
+    args.out_b = static_cast<uint16_t*>(states_out) + rows * d;
+    args.lse_a = states_lse;
+    args.lse_b = states_lse + rows;
+    n_args.states_out = states_out;
+    n_args.states_lse = states_lse;
+    args.out = n_args.out = config.in_place ? states_out : out;
+    args.lse = n_args.lse = lse;
+    args.sinks = n_args.sinks = sink_logits;
+  };
+  const auto merge = [&] {
+    return n_way ? fj_merge_states_n(context, &n_args, nullptr)
+                 : fj_merge_states(context, &args, nullptr);
+  };
   if (cpu) {
-    // Host copies the merge may overwrite (in place: out is out_a).
-    std::vector<uint16_t> a = out_a;
-    args.out_a = a.data();
-    args.lse_a = lse_a.data();
-    args.out_b = out_b.data();
-    args.lse_b = lse_b.data();
-    args.out = config.in_place ? a.data() : got.data();
-    args.lse = got_lse.data();
-    args.sinks = sinks.empty() ? nullptr : sinks.data();
-    if (fj_merge_states(context, &args, nullptr) != FJ_SUCCESS) {
-      return Error{fj_context_last_error(context)};
-    }
-    if (config.in_place) got = a;
+    // A host copy the merge may overwrite (in place).
+    std::vector<uint16_t> copy = outs;
+    point(copy.data(), lses.data(), got.data(), got_lse.data(),
+          sinks.empty() ? nullptr : sinks.data());
+    if (merge() != FJ_SUCCESS) return Error{fj_context_last_error(context)};
+    if (config.in_place) std::copy_n(copy.begin(), rows * d, got.begin());
   } else {
-    DeviceBuffer a(*api), b(*api), la(*api), lb(*api), out(*api), lse(*api), sink(*api);
-    for (auto status :
-         {a.upload(out_a.data(), out_a.size() * 2), b.upload(out_b.data(), out_b.size() * 2),
-          la.upload(lse_a.data(), lse_a.size() * 4), lb.upload(lse_b.data(), lse_b.size() * 4),
-          out.fill(out_a.size() * 2, 0xff), lse.fill(rows * 4, 0xff)}) {
+    DeviceBuffer states_out(*api), states_lse(*api), out(*api), lse(*api), sink(*api);
+    for (auto status : {states_out.upload(outs.data(), outs.size() * 2),
+                        states_lse.upload(lses.data(), lses.size() * 4),
+                        out.fill(got.size() * 2, 0xff), lse.fill(rows * 4, 0xff)}) {
       if (!status) return status.error();
     }
     auto device_sinks = upload_optional(sink, sinks);
     if (!device_sinks) return device_sinks.error();
-    args.out_a = a.get();
-    args.lse_a = static_cast<const float*>(la.get());
-    args.out_b = b.get();
-    args.lse_b = static_cast<const float*>(lb.get());
-    args.out = config.in_place ? a.get() : out.get();
-    args.lse = static_cast<float*>(lse.get());
-    args.sinks = *device_sinks;
-    if (fj_merge_states(context, &args, nullptr) != FJ_SUCCESS) {
-      return Error{fj_context_last_error(context)};
-    }
+    point(states_out.get(), static_cast<const float*>(states_lse.get()), out.get(),
+          static_cast<float*>(lse.get()), *device_sinks);
+    if (merge() != FJ_SUCCESS) return Error{fj_context_last_error(context)};
     if (auto status = synchronize(*api); !status) return status.error();
-    if (auto status = (config.in_place ? a : out).download(got.data(), got.size() * 2); !status) {
+    if (auto status = (config.in_place ? states_out : out).download(got.data(), got.size() * 2);
+        !status) {
       return status.error();
     }
     if (auto status = lse.download(got_lse.data(), rows * 4); !status) return status.error();
   }
 
-  // In float64: out = (e^lse_a out_a + e^lse_b out_b) / total and lse = log total, where total =
-  // e^lse_a + e^lse_b (+ e^sink), each weight relative to the merged LSE.
+  // In float64: out = sum_s e^lse_s out_s / total and lse = log total, where total = sum_s
+  // e^lse_s (+ e^sink), each weight relative to the merged LSE.
   MergeStatesCheckReport report;
   for (int64_t row = 0; row < rows; ++row) {
     const double sink = sinks.empty() ? -inf : sinks[row % config.num_heads];
-    const double m = std::max({double{lse_a[row]}, double{lse_b[row]}, sink});
-    const double want_lse = std::isinf(m)
-                                ? m
-                                : m + std::log(std::exp(lse_a[row] - m) + std::exp(lse_b[row] - m) +
-                                               std::exp(sink - m));
-    const bool keys = !std::isinf(lse_a[row]) || !std::isinf(lse_b[row]);
-    const double w_a = std::isinf(lse_a[row]) ? 0.0 : std::exp(lse_a[row] - want_lse);
-    const double w_b = std::isinf(lse_b[row]) ? 0.0 : std::exp(lse_b[row] - want_lse);
+    double m = sink;
+    bool keys = false;
+    for (int s = 0; s < states; ++s) {
+      m = std::max(m, double{lses[s * rows + row]});
+      keys = keys || !std::isinf(lses[s * rows + row]);
+    }
+    double total = std::exp(sink - m);
+    for (int s = 0; s < states; ++s)
+      total += std::exp(lses[s * rows + row] - m);
+    const double want_lse = std::isinf(m) ? m : m + std::log(total);
     bool row_wrong = false;
     if (std::isinf(want_lse)) {
       row_wrong = !(std::isinf(got_lse[row]) && got_lse[row] < 0);
@@ -359,8 +383,11 @@ Result<MergeStatesCheckReport> run_merge_states_check(fj_context* context,
         continue;
       }
       double want = 0.0;
-      if (w_a > 0) want += w_a * from_bits(out_a[row * d + i], config.dtype);
-      if (w_b > 0) want += w_b * from_bits(out_b[row * d + i], config.dtype);
+      for (int s = 0; s < states; ++s) {
+        const float lse = lses[s * rows + row];
+        if (std::isinf(lse)) continue;
+        want += std::exp(lse - want_lse) * from_bits(outs[(s * rows + row) * d + i], config.dtype);
+      }
       row_wrong = row_wrong || (!keys && value != 0.0);
       report.max_abs_error = std::max(report.max_abs_error, std::abs(value - want));
     }

@@ -48,7 +48,9 @@ struct MergeStatesCheckConfig {
   int num_tokens = 50;
   int num_heads = 8;
   int head_dim = 128;
-  bool in_place = false;              // out aliases out_a
+  // 0: fj_merge_states (states a and b); N >= 1: fj_merge_states_n of N states, stacked
+  int num_states = 0;
+  bool in_place = false;              // out aliases out_a (the first state)
   bool sinks = false;                 // pass per-head sink logits (one head without)
   fj_device device = FJ_DEVICE_CUDA;  // FJ_DEVICE_CPU: host memory, no GPU needed
   uint64_t seed = 1;
@@ -58,11 +60,11 @@ struct MergeStatesCheckReport {
   double max_abs_error = 0;  // against the float64 merge of the 16-bit inputs
   double lse_max_abs_error = 0;
   int64_t bad_outputs = 0;       // NaN or Inf in out or a finite row's lse
-  int64_t empty_rows_wrong = 0;  // rows empty on both sides whose out is not 0 or lse not the sink
+  int64_t empty_rows_wrong = 0;  // rows empty in every state whose out is not 0 or lse not the sink
 };
 
-// Random partial outputs and LSEs; some rows are empty on one side (lse -inf, NaN garbage in
-// that side's out) and some on both. Checked against the float64 merge.
+// Random partial outputs and LSEs; some rows are empty in some states (lse -inf, NaN garbage in
+// that state's out) and some in all. Checked against the float64 merge.
 Result<MergeStatesCheckReport> run_merge_states_check(fj_context* context,
                                                       const MergeStatesCheckConfig& config);
 

@@ -109,11 +109,7 @@ Result<StreamPtr> make_stream(const cuda::DriverApi& api) {
 Result<PagedCheckReport> run_paged_check(fj_context* context, const fj_program* program,
                                          const PagedCheckConfig& config_in) {
   PagedCheckConfig config = config_in;
-  VariantSelection selection;
-  selection.name = config.mask;
-  selection.score = config.score;
-  selection.defines = config.defines;
-  auto variant = program_variant(*program, selection);
+  auto variant = config_variant(*program, config);
   if (!variant) return variant.error();
   if (config.params.size() != program->scalars.size()) {
     return Error{fmt::format("{} scalar runtime parameters given, the program declares {}",
@@ -327,11 +323,7 @@ Result<std::vector<PagedCheckReport>> run_graph_replay_check(
       step.arrays = arrays;
   }
   const PagedCheckConfig& first = steps[0];
-  VariantSelection selection;
-  selection.name = first.mask;
-  selection.score = first.score;
-  selection.defines = first.defines;
-  auto variant = program_variant(*program, selection);
+  auto variant = config_variant(*program, first);
   if (!variant) return variant.error();
 
   // Every step's inputs, then one table stride and block count that fit them all.

@@ -10,6 +10,7 @@
 
 #include "check/check_support.h"
 #include "fj_ops.cuh"
+#include "launch/handles.h"
 
 namespace flexjit {
 
@@ -285,6 +286,14 @@ void compare_paged_outputs(const PagedCheckConfig& config, const HostPagedBatch&
                            const ReferenceOutput& reference, const std::vector<uint16_t>& out_bits,
                            const std::vector<float>& lse, PagedCheckReport& report) {
   compare(config, batch, reference, out_bits, lse, report);
+}
+
+Result<Variant> config_variant(const fj_program& program, const PagedCheckConfig& config) {
+  VariantSelection selection;
+  selection.name = config.mask;
+  selection.score = config.score;
+  selection.defines = config.defines;
+  return program_variant(program, selection);
 }
 
 fj_paged_attention_args paged_args(const HostPagedBatch& batch, const PagedInputs& inputs, void* q,

@@ -155,6 +155,9 @@ std::vector<float> random_sinks(int num_heads, uint64_t seed);
 // heads and longest sequence, from config.seed.
 void fill_random_arrays(PagedCheckConfig& config, const std::vector<RuntimeParam>& arrays);
 
+// The variant `config` names in `program`: its mask or variant, score and const overrides.
+Result<Variant> config_variant(const fj_program& program, const PagedCheckConfig& config);
+
 // The kernel description of `config`; `defines` holds the fj_define array it points to (and
 // `config` the strings), so both must outlive the description.
 fj_kernel_desc kernel_desc(const PagedCheckConfig& config, std::vector<fj_define>& defines);

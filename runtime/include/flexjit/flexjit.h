@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define FJ_VERSION_MAJOR 0
-#define FJ_VERSION_MINOR 8
+#define FJ_VERSION_MINOR 9
 #define FJ_VERSION_PATCH 0
 /* Version as one integer: major * 10000 + minor * 100 + patch. */
 #define FJ_VERSION (FJ_VERSION_MAJOR * 10000 + FJ_VERSION_MINOR * 100 + FJ_VERSION_PATCH)
@@ -292,6 +292,32 @@ typedef struct fj_paged_attention_args {
   const float* k_scale;
   const float* v_scale;
   int32_t kv_scale_stride;
+
+  /* Since 0.9 (a shorter struct_size reads them as null and 0: the call holds every key of its
+   * requests). Context parallelism (docs/context_parallel.md): the call holds one shard of each
+   * request's keys, and masks and scores see the positions keys and queries have in the whole
+   * request. seq_lens[r] and the block table then describe the shard's keys only; the shard's key
+   * j (0 <= j < seq_lens[r]) has position
+   *     kv_shard_offsets[r] + (j / I) * N * I + R * I + j % I
+   * with N = kv_shard_count, R = kv_shard_rank and I = kv_shard_interleave. vLLM's decode context
+   * parallelism (tokens dealt to N ranks in runs of cp_kv_cache_interleave_size I) passes its
+   * rank, world size and interleave size with kv_shard_offsets null; a contiguous shard passes
+   * N = 1 (R = 0) and each request's first key position in kv_shard_offsets.
+   * global_seq_lens[r] is the request's key count over all shards and places its queries: query
+   * row t has position global_seq_lens[r] - query_len[r] + (t - qsl[r]). It is required when
+   * kv_shard_offsets is given or N > 1; null otherwise (then seq_lens places the queries).
+   * kv_shard_count 0 reads as 1, kv_shard_interleave 0 as 1; 0 <= R < N. Both arrays are int32
+   * [num_reqs], device memory (host memory for CPU kernels). Every key position must lie in
+   * [0, global_seq_lens[r]), and each request's query rows must fit its global length (the CPU
+   * backend checks both). A shard may hold no key of a request (seq_lens[r] 0) or none its queries
+   * see: those rows get out 0 and lse -inf, and merge away (fj_merge_states_n). Sinks belong to the
+   * merge, not to the shards. CPU kernels only in 0.9: CUDA kernels refuse sharded calls with
+   * FJ_ERROR_UNSUPPORTED. */
+  const int32_t* kv_shard_offsets;
+  const int32_t* global_seq_lens;
+  int32_t kv_shard_rank;
+  int32_t kv_shard_count;
+  int32_t kv_shard_interleave;
 } fj_paged_attention_args;
 
 /* CPU kernels (arch "cpu"): every pointer of the args (q, out, caches, query_start_loc,
@@ -485,6 +511,50 @@ typedef struct fj_merge_states_args {
  * FJ_ERROR_CUDA. */
 FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args* args,
                                  void* stream);
+
+/* Since 0.9: merges num_states partial attentions over disjoint key sets, such as the shards of
+ * context parallelism after an all-gather (docs/context_parallel.md), in one call. Per (token,
+ * head) row, with m the largest lse_s: out = sum_s e^(lse_s - m) out_s / sum_s e^(lse_s - m), lse
+ * = m + log(sum_s e^(lse_s - m)), summed in state order, so the result does not depend on timing
+ * or thread count. A state of lse -inf contributes nothing (its out is not read, even if it is
+ * NaN); a row empty in every state gives out 0 and lse -inf. With sinks, each row's sink joins
+ * the merged denominator once, as in fj_merge_states (the states must leave it out); a row empty
+ * everywhere then gets out 0 and lse = the sink. num_states 1 normalises nothing: it copies (and
+ * applies the sink).
+ *
+ * State s's output row (token, head) is at states_out + s * out_stride_state + token *
+ * out_stride_token + head * out_stride_head (elements of dtype), its lse at states_lse + s *
+ * lse_stride_state + token * lse_stride_token + head: an all-gathered [num_states, num_tokens,
+ * num_heads, head_dim] tensor and its [num_states, num_tokens, num_heads] LSE, or any strided
+ * view of them. out may be one of the states' rows (every state is read before a row is written);
+ * lse (optional) must not overlap states_lse. CPU (FJ_DEVICE_CPU) only in 0.9: FJ_DEVICE_CUDA
+ * returns FJ_ERROR_UNSUPPORTED. */
+typedef struct fj_merge_states_n_args {
+  uint32_t struct_size; /* sizeof(fj_merge_states_n_args) */
+  fj_dtype dtype;       /* of the states' outputs and out: FJ_DTYPE_BF16 or FJ_DTYPE_FP16 */
+  fj_device device;
+  int32_t num_states; /* >= 1 */
+  const void* states_out;
+  const float* states_lse;
+  void* out;
+  float* lse; /* may be null */
+
+  int32_t num_tokens;
+  int32_t num_heads;
+  int32_t head_dim; /* a multiple of 8 */
+
+  int64_t out_stride_state, out_stride_token, out_stride_head; /* of states_out */
+  int64_t lse_stride_state, lse_stride_token;                  /* of states_lse */
+  int64_t merged_stride_token, merged_stride_head;             /* of out */
+  int64_t merged_lse_stride_token;                             /* of lse */
+
+  const float* sinks; /* [num_heads] sink logits in the device's memory, or null */
+} fj_merge_states_n_args;
+
+/* Errors: FJ_ERROR_INVALID_ARGUMENT (null pointers, shapes, strides, alignment, lse overlapping
+ * states_lse, a device that is neither value), FJ_ERROR_UNSUPPORTED (dtype; FJ_DEVICE_CUDA). */
+FJ_API fj_status fj_merge_states_n(fj_context* context, const fj_merge_states_n_args* args,
+                                   void* stream);
 
 /* ---- Compiling ahead and the kernel cache (docs/architecture.md#cache) --------------------------
  *
