@@ -15,7 +15,9 @@ STRUCTS = {"fj_kernel_desc": _capi.KernelDesc,
            "fj_paged_attention_args": _capi.PagedAttentionArgs,
            "fj_varlen_attention_args": _capi.VarlenAttentionArgs,
            "fj_param_info": _capi.ParamInfo, "fj_define": _capi.Define, "fj_array": _capi.ArrayArg,
-           "fj_plan_shape": _capi.PlanShape, "fj_kv_cache_write_args": _capi.KvCacheWriteArgs}
+           "fj_plan_shape": _capi.PlanShape, "fj_kv_cache_write_args": _capi.KvCacheWriteArgs,
+           "fj_merge_states_args": _capi.MergeStatesArgs,
+           "fj_merge_states_n_args": _capi.MergeStatesNArgs}
 ENUMS = {"fj_status": _capi.Status, "fj_dtype": _capi.Dtype, "fj_param_type": _capi.ParamType,
          "fj_device": _capi.Device}
 ENUM_PREFIXES = {"fj_status": "FJ_ERROR_", "fj_dtype": "FJ_DTYPE_", "fj_param_type": "FJ_PARAM_",
@@ -78,10 +80,17 @@ class StructLayoutTest(unittest.TestCase):
     def test_grown_structs_grow_at_the_end(self):
         # A caller built against an older header passes a shorter struct_size: the fields added
         # since (0.3's workspace, 0.4's device, 0.5's num_blocks, 0.6's separate keys, 0.7's
-        # sinks, 0.8's fp8 cache) must follow every older one.
+        # sinks, 0.8's fp8 cache, 0.9's context-parallel shard) must follow every older one.
         names = [field for field, _ in _capi.PagedAttentionArgs._fields_]
-        self.assertEqual(names[-7:], ["workspace", "workspace_bytes", "num_blocks", "sinks",
-                                      "k_scale", "v_scale", "kv_scale_stride"])
+        self.assertEqual(names[-12:], ["workspace", "workspace_bytes", "num_blocks", "sinks",
+                                       "k_scale", "v_scale", "kv_scale_stride",
+                                       "kv_shard_offsets", "global_seq_lens", "kv_shard_rank",
+                                       "kv_shard_count", "kv_shard_interleave"])
+        # A 0.8 caller's struct ends with kv_scale_stride (and its padding): the shard's
+        # fields lie wholly past it, so a 0.8 struct_size reads them as null and 0.
+        self.assertEqual(-(-(self.layout[("fj_paged_attention_args", "kv_scale_stride")] + 4)
+                           // 8) * 8,
+                         self.layout[("fj_paged_attention_args", "kv_shard_offsets")])
         varlen = [field for field, _ in _capi.VarlenAttentionArgs._fields_]
         self.assertEqual(varlen[-3:], ["v_stride_batch", "out_stride_batch", "sinks"])
         self.assertEqual(self.layout[("fj_varlen_attention_args", "sinks")] + 8,
@@ -91,7 +100,15 @@ class StructLayoutTest(unittest.TestCase):
         write = [field for field, _ in _capi.KvCacheWriteArgs._fields_]
         self.assertEqual(write[-6:], ["device", "dtype", "cache_dtype", "k_scale", "v_scale",
                                       "kv_scale_stride"])
-        for c_name, last in (("fj_paged_attention_args", "kv_scale_stride"),
+        merge = [field for field, _ in _capi.MergeStatesArgs._fields_]
+        self.assertEqual(merge[-2:], ["device", "sinks"])
+        self.assertEqual(self.layout[("fj_merge_states_args", "sinks")] + 8,
+                         self.layout[("fj_merge_states_args", "sizeof")])
+        # fj_merge_states_n_args is new in 0.9: nothing older to stay compatible with, but its
+        # last field is mirrored like every other.
+        self.assertEqual(self.layout[("fj_merge_states_n_args", "sinks")] + 8,
+                         self.layout[("fj_merge_states_n_args", "sizeof")])
+        for c_name, last in (("fj_paged_attention_args", "kv_shard_interleave"),
                              ("fj_kv_cache_write_args", "kv_scale_stride"),
                              ("fj_kernel_desc", "kv_dtype")):
             # The last field, a 4-byte one, then only the padding to the struct's alignment (8).
@@ -105,9 +122,31 @@ class StructLayoutTest(unittest.TestCase):
         for c_name, struct in STRUCTS.items():
             body = header[header.index(f"typedef struct {c_name} {{"):]
             body = body[:body.index(f"}} {c_name};")]
+            body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)  # comments name fields too
             positions = [re.search(rf"[ *]{field}[;,\[]", body).start()
                          for field, _ in struct._fields_]
             self.assertEqual(positions, sorted(positions), c_name)
+
+
+class PrototypeTest(unittest.TestCase):
+    def test_declared_functions_match_the_header(self):
+        # Each function _capi declares takes as many arguments as the header's, and an argument
+        # struct of the header's type: a mirror passed to the wrong function would be read
+        # with another layout.
+        header = (REPO / "runtime" / "include" / "flexjit" / "flexjit.h").read_text()
+        prototypes = {name: params for name, params in
+                      re.findall(r"FJ_API\s[^;(]*?\b(fj_\w+)\(([^)]*)\);", header)}
+        mirrors = {struct: c_name for c_name, struct in STRUCTS.items()}
+        for name, (_, argtypes) in _capi.signatures().items():
+            with self.subTest(function=name):
+                params = [p.strip() for p in prototypes[name].split(",")]
+                params = [] if params == ["void"] else params
+                self.assertEqual(len(argtypes), len(params))
+                for argtype, param in zip(argtypes, params):
+                    struct = getattr(argtype, "_type_", None)
+                    if struct in mirrors:
+                        self.assertRegex(param, rf"\b{mirrors[struct]}\s*\*")
+        self.assertIn("fj_merge_states_n", _capi.signatures())
 
 
 if __name__ == "__main__":

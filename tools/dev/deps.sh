@@ -6,8 +6,11 @@ set -euo pipefail
 # clang-16 and libclang-rt-16-dev: libFuzzer and the sanitizers of tools/dev/fuzz.sh.
 # python3-venv: the virtual environments of tools/dev/package_check.sh (the wheel's build and
 # install; their Python packages come from PyPI).
+# openmpi-bin and python3-mpi4py: the context-parallel example across MPI ranks
+# (examples/context_parallel_mpi.py), which ctest runs as context_parallel_mpi.
 packages=(cmake ninja-build g++ pkg-config libfmt-dev libcli11-dev catch2 llvm-16-dev
-          libxxhash-dev nlohmann-json3-dev clang-16 libclang-rt-16-dev python3-venv)
+          libxxhash-dev nlohmann-json3-dev clang-16 libclang-rt-16-dev python3-venv
+          openmpi-bin python3-mpi4py)
 missing=()
 for package in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

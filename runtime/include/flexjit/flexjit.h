@@ -305,7 +305,7 @@ typedef struct fj_paged_attention_args {
    * N = 1 (R = 0) and each request's first key position in kv_shard_offsets.
    * global_seq_lens[r] is the request's key count over all shards and places its queries: query
    * row t has position global_seq_lens[r] - query_len[r] + (t - qsl[r]). It is required when
-   * kv_shard_offsets is given or N > 1; null otherwise (then seq_lens places the queries).
+   * kv_shard_offsets is given or N > 1; where it is null, seq_lens places the queries.
    * kv_shard_count 0 reads as 1, kv_shard_interleave 0 as 1; 0 <= R < N. Both arrays are int32
    * [num_reqs], device memory (host memory for CPU kernels). Every key position must lie in
    * [0, global_seq_lens[r]), and each request's query rows must fit its global length (the CPU

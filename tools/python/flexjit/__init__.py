@@ -23,13 +23,16 @@ from typing import NamedTuple, Optional, Tuple
 
 from . import _capi
 from ._arrays import Array, array_param_fields, cache_write_fields, describe, is_torch_tensor, \
-    paged_fields, varlen_fields
+    merge_states_fields, merge_states_n_fields, paged_fields, varlen_fields
 from ._capi import (ArrayArg, Define, Device, Dtype, KernelDesc, KvCacheWriteArgs,
-                    PagedAttentionArgs, ParamType, PlanShape, Status, VarlenAttentionArgs,
-                    library)
+                    MergeStatesArgs, MergeStatesNArgs, PagedAttentionArgs, ParamType, PlanShape,
+                    Status, VarlenAttentionArgs, library)
+from .context_parallel import KvShard, shard_positions, shard_seq_lens
 
 __all__ = ["Context", "Program", "Kernel", "Launch", "Plan", "FlexjitError", "Status", "Dtype",
            "ParamType", "ParamInfo", "runtime_version", "library_path", "define_text",
+           # Context parallelism (context_parallel.py; Context.merge_states_n merges the shards).
+           "KvShard", "shard_seq_lens", "shard_positions",
            # FlexAttention-style functions, traced (trace.py) and run (flex.py).
            "flex_attention", "flex_attention_paged", "compile_flex", "FlexKernel", "flex_plan",
            "FlexPlan", "trace",
@@ -274,11 +277,7 @@ class Context(_Handle):
         Kernel.prepare takes them. `device`: "cpu" (host memory, done when the call returns) or
         "cuda" (enqueued on `stream`, default torch's current one); default "cpu" for torch
         CPU tensors, else "cuda". Errors: ValueError (arrays, scales), FlexjitError."""
-        if device is None:
-            device = "cpu" if is_torch_tensor(key) and not key.is_cuda else "cuda"
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-        host = device == "cpu"
+        host = _on_host(device, key)
         named = dict(key=key, value=value, k_cache=k_cache, v_cache=v_cache,
                      slot_mapping=slot_mapping)
         described = {name: describe(obj, name) for name, obj in named.items()}
@@ -289,12 +288,85 @@ class Context(_Handle):
         fields = cache_write_fields(kv_layout=kv_layout, host=host, **described)
         args = KvCacheWriteArgs(struct_size=ctypes.sizeof(KvCacheWriteArgs),
                                 device=int(Device.CPU if host else Device.CUDA), **fields)
-        if stream is not None:
-            stream = _stream_handle(stream)
-        elif not host and is_torch_tensor(key):
-            stream = _torch_stream(sys.modules["torch"], described["key"].device_index)
+        stream = _call_stream(stream, host, key, described["key"])
         _check(library().fj_kv_cache_write(self.handle, ctypes.byref(args), stream), self.handle,
                "fj_kv_cache_write")
+
+    def merge_states(self, out_a, lse_a, out_b, lse_b, *, out=None, lse=None, sinks=None,
+                     device=None, stream=None):
+        """fj_merge_states: merges two partial attentions over disjoint key sets by their LSE
+        (per row, out = the e^lse-weighted mean of out_a and out_b, lse = log(e^lse_a +
+        e^lse_b)). out_a, out_b, out: [num_tokens, num_heads, head_dim] bf16 or fp16 (any
+        strides with head_dim contiguous; out may be out_a or out_b; default: a new tensor like
+        out_a, torch only); lse_a, lse_b, lse (optional, not one of them): float32 [num_tokens,
+        num_heads]; sinks: float32 [num_heads] sink logits, counted once here (the partials
+        leave them out). `device` and `stream` as kv_cache_write's. Returns out. Errors:
+        ValueError (arrays), FlexjitError."""
+        out = _default_out(out_a, out)
+        host = _on_host(device, out_a)
+        named = dict(out_a=out_a, lse_a=lse_a, out_b=out_b, lse_b=lse_b, out=out, lse=lse,
+                     sinks=sinks)
+        described = {name: describe(obj, name) for name, obj in named.items() if obj is not None}
+        args = MergeStatesArgs(struct_size=ctypes.sizeof(MergeStatesArgs),
+                               device=int(Device.CPU if host else Device.CUDA),
+                               **merge_states_fields(host=host, **described))
+        stream = _call_stream(stream, host, out_a, described["out_a"])
+        _check(library().fj_merge_states(self.handle, ctypes.byref(args), stream), self.handle,
+               "fj_merge_states")
+        return out
+
+    def merge_states_n(self, states_out, states_lse, *, out=None, lse=None, sinks=None,
+                       device=None, stream=None):
+        """fj_merge_states_n (since 0.9): merges num_states partial attentions over disjoint
+        key sets, such as context parallelism's shards after an all-gather, in one call: per
+        row, with m the largest lse_s, out = sum_s e^(lse_s - m) out_s / sum_s e^(lse_s - m)
+        and lse = m + log(sum_s e^(lse_s - m)), summed in state order (the result does not
+        depend on timing or threads). A state of lse -inf adds nothing; a row empty in every
+        state gives out 0 and lse -inf (with sinks: the sink).
+
+        states_out: [num_states, num_tokens, num_heads, head_dim] bf16 or fp16 (any strides
+        with head_dim contiguous); states_lse: float32 [num_states, num_tokens, num_heads]
+        (heads contiguous). out: [num_tokens, num_heads, head_dim] of states_out's dtype (may
+        be one state's rows; default: a new tensor, torch only); lse (optional, outside
+        states_lse): float32 [num_tokens, num_heads]; sinks: float32 [num_heads], counted once
+        here (the shards leave them out). `device` and `stream` as kv_cache_write's (the CPU
+        only in 0.9: "cuda" is FlexjitError UNSUPPORTED). Returns out. Errors: ValueError
+        (arrays), FlexjitError."""
+        if out is None:
+            if not is_torch_tensor(states_out):
+                raise ValueError("out is required when states_out is not a torch tensor")
+            out = states_out.new_empty(states_out.shape[1:])
+        host = _on_host(device, states_out)
+        named = dict(states_out=states_out, states_lse=states_lse, out=out, lse=lse, sinks=sinks)
+        described = {name: describe(obj, name) for name, obj in named.items() if obj is not None}
+        args = MergeStatesNArgs(struct_size=ctypes.sizeof(MergeStatesNArgs),
+                                device=int(Device.CPU if host else Device.CUDA),
+                                **merge_states_n_fields(host=host, **described))
+        stream = _call_stream(stream, host, states_out, described["states_out"])
+        _check(library().fj_merge_states_n(self.handle, ctypes.byref(args), stream),
+               self.handle, "fj_merge_states_n")
+        return out
+
+
+def _on_host(device, first):
+    """Whether a context-level call runs on the host: `device` "cpu" or "cuda", by default
+    "cpu" for a torch CPU tensor `first`, else "cuda"."""
+    if device is None:
+        return is_torch_tensor(first) and not first.is_cuda
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    return device == "cpu"
+
+
+def _call_stream(stream, host, first, described):
+    """The stream of a context-level call: `stream` as given, else torch's current one on the
+    device of a CUDA torch tensor `first`, else None (the legacy default; ignored on the
+    host)."""
+    if stream is not None:
+        return _stream_handle(stream)
+    if not host and is_torch_tensor(first):
+        return _torch_stream(sys.modules["torch"], described.device_index)
+    return None
 
 
 class Program(_Handle):
@@ -454,7 +526,7 @@ class Kernel(_Handle):
 
     def prepare(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out=None,
                 lse=None, sinks=None, max_query_len=None, params=None, arrays=None, scale=0.0,
-                kv_layout="NHD", k_scale=None, v_scale=None):
+                kv_layout="NHD", k_scale=None, v_scale=None, kv_shard=None):
         """Checks the arrays once and builds the C argument struct: Launch.launch() then only
         calls fj_paged_attention. `out` defaults to a new tensor like q (torch only).
         `max_query_len` is the host copy of the longest query; computed from a torch
@@ -465,7 +537,11 @@ class Kernel(_Handle):
         the softmax denominator of each of its rows (fj_paged_attention_args.sinks).
         `k_scale`, `v_scale` (since 0.8, a kernel of kv_dtype "fp8" only, and then required):
         the fp8 cache's dequantization scales, each a number or a float32 array of 1 element
-        or one per kv head, where the caches are; K element = e4m3 value * k_scale[kv head]."""
+        or one per kv head, where the caches are; K element = e4m3 value * k_scale[kv head].
+        `kv_shard` (since 0.9, CPU kernels only in 0.9): a KvShard, when the call holds one
+        shard of each request's keys (context parallelism: seq_lens, the block table and the
+        caches are the shard's); pass lse= and merge the shards with Context.merge_states_n.
+        None: the call holds every key."""
         if self.page_size == 0:
             raise ValueError(f"kernel {self.mask!r} was created with page_size 0 (contiguous "
                              f"K/V): use varlen()")
@@ -480,6 +556,11 @@ class Kernel(_Handle):
             if given is not None:
                 named[name], described[name] = _scale_array(name, given, self.host,
                                                             described["q"].device_index)
+        if kv_shard is not None:
+            for name, obj in _shard_arrays(kv_shard).items():
+                named[name], described[name] = obj, _describe_shard_array(obj, name)
+            described.update(kv_shard_rank=kv_shard.rank, kv_shard_count=kv_shard.count,
+                             kv_shard_interleave=kv_shard.interleave)
         fields = paged_fields(head_dim=self.head_dim, page_size=self.page_size,
                               dtype=self.dtype, kv_dtype=self.kv_dtype, host=self.host,
                               kv_layout=kv_layout, **described)
@@ -493,7 +574,8 @@ class Kernel(_Handle):
 
     def __call__(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
                  out=None, lse=None, sinks=None, max_query_len=None, params=None, arrays=None,
-                 scale=0.0, kv_layout="NHD", stream=None, k_scale=None, v_scale=None):
+                 scale=0.0, kv_layout="NHD", stream=None, k_scale=None, v_scale=None,
+                 kv_shard=None):
         """Checks (as prepare()), launches on `stream` (default: torch's current stream for
         torch tensors, else the legacy default stream) and returns `out`."""
         if self.page_size != 0:
@@ -506,11 +588,12 @@ class Kernel(_Handle):
             data, default_stream, key = self._checked_args(
                 q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
                 max_query_len, scale, kv_layout, _params_key(params) if params else (),
-                k_scale, v_scale)
+                k_scale, v_scale, kv_shard)
         if data is None:
             args, default_stream = self._template(
                 key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
-                sinks, max_query_len, params, arrays, scale, kv_layout, k_scale, v_scale)
+                sinks, max_query_len, params, arrays, scale, kv_layout, k_scale, v_scale,
+                kv_shard)
             data = ctypes.byref(args)
         if stream is not None:
             default_stream = _stream_handle(stream)
@@ -522,12 +605,13 @@ class Kernel(_Handle):
 
     def paged_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out,
                    lse=None, sinks=None, max_query_len, params=None, arrays=None, scale=0.0,
-                   kv_layout="NHD", k_scale=None, v_scale=None):
+                   kv_layout="NHD", k_scale=None, v_scale=None, kv_shard=None):
         """(fj_paged_attention_args, default stream handle) of one call, with prepare()'s
         checks and struct, for callers that launch at once (__call__, torch.ops.flexjit).
         Without array parameters, prepare() runs on the first call of each geometry: the
         sizes, strides, dtypes and devices of the torch tensors, the current device, and
-        max_query_len, scale, kv_layout, params and scales given as numbers (by value). Its
+        max_query_len, scale, kv_layout, params and scales given as numbers (by value), and a
+        kv_shard's rank, count and interleave (its arrays like the other tensors). Its
         struct is kept, and a later call of the same geometry copies it and writes its own
         pointers: everything prepare() checks is part of the geometry, so the checks hold, and
         only the copy and the pointers cost."""
@@ -536,16 +620,16 @@ class Kernel(_Handle):
             data, stream, key = self._checked_args(
                 q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
                 max_query_len, scale, kv_layout, _params_key(params) if params else (),
-                k_scale, v_scale)
+                k_scale, v_scale, kv_shard)
         if data is not None:
             return PagedAttentionArgs.from_buffer_copy(data), stream
         return self._template(key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                               out, lse, sinks, max_query_len, params, arrays, scale, kv_layout,
-                              k_scale, v_scale)
+                              k_scale, v_scale, kv_shard)
 
     def _checked_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
                       lse, sinks, max_query_len, scale, kv_layout, params_key, k_scale=None,
-                      v_scale=None):
+                      v_scale=None, kv_shard=None):
         """(fj_paged_attention_args as bytes, default stream, None) of a call whose geometry
         an earlier call checked (_template), with this call's pointers; else (None, None, key):
         the key to keep the call's template under, None where there is none (arrays that are
@@ -568,7 +652,8 @@ class Kernel(_Handle):
                    None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype,
                                                sinks.device),
                    None if k_scale is None and v_scale is None else
-                   (_scale_key(k_scale), _scale_key(v_scale)))
+                   (_scale_key(k_scale), _scale_key(v_scale)),
+                   None if kv_shard is None else _shard_key(kv_shard))
             templates = self._templates
             last_key, template = templates.last
             if key != last_key:
@@ -584,19 +669,23 @@ class Kernel(_Handle):
             0 if lse is None else lse.data_ptr(), template.middle,
             0 if sinks is None else sinks.data_ptr(),
             0 if k_scale is None else template.k_scale or k_scale.data_ptr(),
-            0 if v_scale is None else template.v_scale or v_scale.data_ptr(), template.tail)
+            0 if v_scale is None else template.v_scale or v_scale.data_ptr(),
+            template.after_scales,
+            0 if kv_shard is None or kv_shard.offsets is None else kv_shard.offsets.data_ptr(),
+            0 if kv_shard is None or kv_shard.global_seq_lens is None else
+            kv_shard.global_seq_lens.data_ptr(), template.tail)
         return data, None if calls is None or template.device is None else \
             calls.current_stream(template.device), None
 
     def _template(self, key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
                   lse, sinks, max_query_len, params, arrays, scale, kv_layout, k_scale=None,
-                  v_scale=None):
+                  v_scale=None, kv_shard=None):
         """prepare()'s (struct, default stream) of a call, its template kept under `key`
         (unless None) for _checked_args."""
         launch = self.prepare(q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                               out=out, lse=lse, sinks=sinks, max_query_len=max_query_len,
                               params=params, arrays=arrays, scale=scale, kv_layout=kv_layout,
-                              k_scale=k_scale, v_scale=v_scale)
+                              k_scale=k_scale, v_scale=v_scale, kv_shard=kv_shard)
         if key is not None:
             raw = bytes(launch.args)
             # A scale given as a number points into memory of its own (_scale_array): its
@@ -606,7 +695,8 @@ class Kernel(_Handle):
                      for name, given in (("k_scale", k_scale), ("v_scale", v_scale))]
             self._templates.keep(key, _Template(
                 raw[:_PAGED_POINTERS_START], raw[_PAGED_POINTERS_END:_PAGED_SINKS],
-                raw[_PAGED_SCALES_END:], (launch._param_values, fixed),
+                raw[_PAGED_SCALES_END:_PAGED_SHARDS], raw[_PAGED_SHARDS_END:],
+                (launch._param_values, fixed),
                 None if self.host else getattr(q.device, "index", None),
                 launch.args.k_scale if fixed[0] is not None else 0,
                 launch.args.v_scale if fixed[1] is not None else 0))
@@ -729,26 +819,31 @@ class _Template(NamedTuple):
 
     head: bytes  # the bytes before q
     middle: bytes  # the bytes between lse and sinks
-    tail: bytes  # the bytes after v_scale (kv_scale_stride)
+    after_scales: bytes  # the bytes between v_scale and kv_shard_offsets (kv_scale_stride)
+    tail: bytes  # the bytes after global_seq_lens (the shard's rank, count, interleave)
     keep: object  # the ctypes arrays and scale memory the struct points into
     device: Optional[int]  # q's CUDA device: the default stream is torch's current one there
     k_scale: int  # the pointer of a k_scale given as a number (fixed), else 0: the tensor's
     v_scale: int
 
 
-# The pointer fields q .. lse are consecutive, and so are sinks, k_scale and v_scale, which only
-# kv_scale_stride follows: a call writes them with one pack.
+# The pointer fields q .. lse are consecutive, and so are sinks, k_scale and v_scale, and then
+# kv_shard_offsets and global_seq_lens: a call writes them with one pack.
 _PAGED_POINTERS_START = PagedAttentionArgs.q.offset
 _PAGED_POINTERS_END = PagedAttentionArgs.lse.offset + 8
 _PAGED_SINKS = PagedAttentionArgs.sinks.offset
 _PAGED_SCALES_END = PagedAttentionArgs.v_scale.offset + 8
+_PAGED_SHARDS = PagedAttentionArgs.kv_shard_offsets.offset
+_PAGED_SHARDS_END = PagedAttentionArgs.global_seq_lens.offset + 8
 _PAGED_POINTERS = struct.Struct(
     f"<{_PAGED_POINTERS_START}s8Q{_PAGED_SINKS - _PAGED_POINTERS_END}s3Q"
-    f"{ctypes.sizeof(PagedAttentionArgs) - _PAGED_SCALES_END}s")
+    f"{_PAGED_SHARDS - _PAGED_SCALES_END}s2Q"
+    f"{ctypes.sizeof(PagedAttentionArgs) - _PAGED_SHARDS_END}s")
 assert [name for name, _ in PagedAttentionArgs._fields_[1:9]] == [
     "q", "out", "k_cache", "v_cache", "query_start_loc", "seq_lens", "block_table", "lse"]
 assert _PAGED_POINTERS_END - _PAGED_POINTERS_START == 8 * 8
 assert _PAGED_SCALES_END - _PAGED_SINKS == 3 * 8
+assert _PAGED_SHARDS_END - _PAGED_SHARDS == 2 * 8
 assert _PAGED_POINTERS.size == ctypes.sizeof(PagedAttentionArgs)
 
 
@@ -761,6 +856,35 @@ def _scale_key(scale):
     if isinstance(scale, numbers.Real):
         return (type(scale), _DOUBLE.pack(float(scale)))
     return scale.shape, scale.stride(), scale.dtype, scale.device
+
+
+def _shard_key(kv_shard):
+    """A KvShard as part of a geometry key (Kernel._checked_args): its layout by value, its
+    arrays by their geometry (their pointers are written at each call). Raises AttributeError
+    for arrays that are not torch tensors (no kept call)."""
+    return (kv_shard.rank, kv_shard.count, kv_shard.interleave) + tuple(
+        None if a is None else (a.shape, a.stride(), a.dtype, a.device)
+        for a in (kv_shard.offsets, kv_shard.global_seq_lens))
+
+
+def _shard_arrays(kv_shard):
+    """{struct field name: array} of the arrays a KvShard has (Launch.arrays keeps them)."""
+    if not isinstance(kv_shard, KvShard):
+        raise TypeError(f"kv_shard: expected a flexjit.KvShard, got {type(kv_shard).__name__}")
+    return {name: obj for name, obj in (("kv_shard_offsets", kv_shard.offsets),
+                                        ("global_seq_lens", kv_shard.global_seq_lens))
+            if obj is not None}
+
+
+def _describe_shard_array(obj, name):
+    """The Array of a KvShard array (`name` its struct field), named as the KvShard's field in
+    messages: a ctypes int32 array (host memory, which KvShard made of a list) or what
+    describe() takes."""
+    label = {"kv_shard_offsets": "kv_shard.offsets",
+             "global_seq_lens": "kv_shard.global_seq_lens"}[name]
+    if isinstance(obj, ctypes.Array):
+        return Array(label, ctypes.addressof(obj), (len(obj),), (1,), "int32", False, None)
+    return describe(obj, label)
 
 
 _scale_tensors = {}  # (bits, CUDA device index) -> float32 [1] tensor of that value

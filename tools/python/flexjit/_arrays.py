@@ -143,7 +143,8 @@ def _cache_dtype(a, dtype, kv_dtype):
 
 def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_table,
                  query_start_loc, seq_lens, lse=None, sinks=None, k_scale=None, v_scale=None,
-                 kv_layout="NHD", kv_dtype=None, host=False):
+                 kv_layout="NHD", kv_dtype=None, host=False, kv_shard_offsets=None,
+                 global_seq_lens=None, kv_shard_rank=0, kv_shard_count=0, kv_shard_interleave=0):
     """Checks the arrays of one paged attention call (docs/architecture.md#call-contract) and
     returns the fields of fj_paged_attention_args they determine (pointers, counts and strides in
     elements).
@@ -155,12 +156,16 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
     and v_scale (scale_fields). block_table: int32 [num_reqs, >= max blocks], query_start_loc
     int32 [num_reqs + 1], seq_lens int32 [num_reqs], lse float32 [num_tokens, num_heads] or None,
     sinks float32 [num_heads] or None (sinks_pointer). `host`: the kernel runs on the CPU, so
-    the arrays are host memory (_check_where).
+    the arrays are host memory (_check_where). Context parallelism (since 0.9): kv_shard_offsets
+    and global_seq_lens int32 [num_reqs] or None, and the shard's rank, count and interleave
+    (checked by KvShard; 0 for count and interleave reads as 1), passed on as the struct's
+    kv_shard_* fields.
     """
     kv_dims, slot_dim, head_dim_index = _kv_layout_dims(kv_layout)
     kv_dtype = kv_dtype or dtype
     arrays = [q, out, k_cache, v_cache, block_table, query_start_loc, seq_lens]
-    arrays += [a for a in (lse, sinks, k_scale, v_scale) if a is not None]
+    arrays += [a for a in (lse, sinks, k_scale, v_scale, kv_shard_offsets, global_seq_lens)
+               if a is not None]
     _check_where(arrays, host)
 
     for a in (q, out):
@@ -215,6 +220,10 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
         v_stride_head=v_cache.strides[head_dim_index],
         block_table_stride=block_table.strides[0],
         **scale_fields(kv_dtype, k_scale, v_scale, num_kv_heads),
+        kv_shard_offsets=_request_array(kv_shard_offsets, num_reqs),
+        global_seq_lens=_request_array(global_seq_lens, num_reqs),
+        kv_shard_rank=kv_shard_rank, kv_shard_count=kv_shard_count,
+        kv_shard_interleave=kv_shard_interleave,
     )
     if lse is not None:
         _rank(lse, 2, "[num_tokens, num_heads]")
@@ -224,6 +233,22 @@ def paged_fields(*, head_dim, page_size, dtype, q, out, k_cache, v_cache, block_
             raise ValueError(f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
         fields.update(lse=lse.ptr, lse_stride_token=lse.strides[0])
     return fields
+
+
+def _request_array(a, num_reqs):
+    """The pointer of an int32 [num_reqs] array of one entry per request (a shard's offsets or
+    global lengths), contiguous and 4-byte aligned; 0 for None."""
+    if a is None:
+        return 0
+    _rank(a, 1, "[num_reqs]")
+    _dtype(a, "int32")
+    _unit_last(a)
+    if a.shape[0] != num_reqs:
+        raise ValueError(f"{a.name}: {a.shape[0]} entries, expected one per request "
+                         f"(num_reqs = {num_reqs})")
+    if a.ptr % 4 != 0:
+        raise ValueError(f"{a.name}: data pointer {a.ptr:#x} is not 4-byte aligned")
+    return a.ptr
 
 
 def scale_fields(kv_dtype, k_scale, v_scale, num_kv_heads):
@@ -366,6 +391,87 @@ def varlen_fields(*, head_dim, dtype, q, k, v, out, cu_seqlens, lse=None, sinks=
             raise ValueError(f"lse: shape {lse.shape}, expected {(num_tokens, num_heads)}")
         fields.update(lse=lse.ptr, lse_stride_token=lse.strides[0])
     return fields
+
+
+def _attention_rows(a, lead, what):
+    """Checks `a`, partial attention outputs [*lead, num_tokens, num_heads, head_dim] of bf16 or
+    fp16 with head_dim contiguous."""
+    _rank(a, len(lead) + 3, what)
+    if a.dtype not in ("bf16", "fp16"):
+        raise ValueError(f"{a.name}: dtype {a.dtype}, expected bf16 or fp16")
+    _unit_last(a)
+
+
+def _lse_rows(a, shape, what):
+    """Checks `a`, float32 LSEs of `shape` with heads contiguous."""
+    _rank(a, len(shape), what)
+    _dtype(a, "fp32")
+    _unit_last(a)
+    if a.shape != shape:
+        raise ValueError(f"{a.name}: shape {a.shape}, expected {shape}")
+
+
+def merge_states_fields(*, out_a, lse_a, out_b, lse_b, out, lse=None, sinks=None, host=False):
+    """Checks the arrays of a two-way merge (fj_merge_states) and returns the fields of
+    fj_merge_states_args they determine, device aside: out_a, out_b, out [num_tokens,
+    num_heads, head_dim] of one dtype (bf16 or fp16), lse_a, lse_b float32 [num_tokens,
+    num_heads], lse like them or None, sinks float32 [num_heads] or None. `host`: host memory
+    (FJ_DEVICE_CPU)."""
+    arrays = [out_a, lse_a, out_b, lse_b, out] + [a for a in (lse, sinks) if a is not None]
+    _check_where(arrays, host)
+    what = "[num_tokens, num_heads, head_dim]"
+    for a in (out_a, out_b, out):
+        _attention_rows(a, (), what)
+        if a.shape != out_a.shape or a.dtype != out_a.dtype:
+            raise ValueError(f"{a.name}: {a.dtype} {a.shape} differs from out_a's "
+                             f"{out_a.dtype} {out_a.shape}")
+    num_tokens, num_heads, head_dim = out_a.shape
+    for a in (lse_a, lse_b) + ((lse,) if lse is not None else ()):
+        _lse_rows(a, (num_tokens, num_heads), "[num_tokens, num_heads]")
+    return dict(
+        dtype=int(Dtype[out_a.dtype.upper()]), out_a=out_a.ptr, lse_a=lse_a.ptr, out_b=out_b.ptr,
+        lse_b=lse_b.ptr, out=out.ptr, lse=0 if lse is None else lse.ptr,
+        num_tokens=num_tokens, num_heads=num_heads, head_dim=head_dim,
+        out_a_stride_token=out_a.strides[0], out_a_stride_head=out_a.strides[1],
+        out_b_stride_token=out_b.strides[0], out_b_stride_head=out_b.strides[1],
+        out_stride_token=out.strides[0], out_stride_head=out.strides[1],
+        lse_a_stride_token=lse_a.strides[0], lse_b_stride_token=lse_b.strides[0],
+        lse_stride_token=0 if lse is None else lse.strides[0],
+        sinks=0 if sinks is None else sinks_pointer(sinks, num_heads))
+
+
+def merge_states_n_fields(*, states_out, states_lse, out, lse=None, sinks=None, host=False):
+    """Checks the arrays of an n-way merge (fj_merge_states_n, since 0.9) and returns the
+    fields of fj_merge_states_n_args they determine, device aside: states_out [num_states,
+    num_tokens, num_heads, head_dim] bf16 or fp16 (an all-gather of each shard's out, any
+    strides with head_dim contiguous), states_lse float32 [num_states, num_tokens, num_heads]
+    (heads contiguous), out [num_tokens, num_heads, head_dim] of states_out's dtype, lse
+    float32 [num_tokens, num_heads] or None, sinks float32 [num_heads] or None. `host`: host
+    memory (FJ_DEVICE_CPU)."""
+    arrays = [states_out, states_lse, out] + [a for a in (lse, sinks) if a is not None]
+    _check_where(arrays, host)
+    _attention_rows(states_out, ("num_states",),
+                    "[num_states, num_tokens, num_heads, head_dim]")
+    num_states, num_tokens, num_heads, head_dim = states_out.shape
+    _lse_rows(states_lse, (num_states, num_tokens, num_heads),
+              "[num_states, num_tokens, num_heads]")
+    _attention_rows(out, (), "[num_tokens, num_heads, head_dim]")
+    if out.shape != states_out.shape[1:] or out.dtype != states_out.dtype:
+        raise ValueError(f"out: {out.dtype} {out.shape}, expected {states_out.dtype} "
+                         f"{states_out.shape[1:]} (states_out's rows)")
+    if lse is not None:
+        _lse_rows(lse, (num_tokens, num_heads), "[num_tokens, num_heads]")
+    return dict(
+        dtype=int(Dtype[states_out.dtype.upper()]), num_states=num_states,
+        states_out=states_out.ptr, states_lse=states_lse.ptr, out=out.ptr,
+        lse=0 if lse is None else lse.ptr,
+        num_tokens=num_tokens, num_heads=num_heads, head_dim=head_dim,
+        out_stride_state=states_out.strides[0], out_stride_token=states_out.strides[1],
+        out_stride_head=states_out.strides[2], lse_stride_state=states_lse.strides[0],
+        lse_stride_token=states_lse.strides[1], merged_stride_token=out.strides[0],
+        merged_stride_head=out.strides[1],
+        merged_lse_stride_token=0 if lse is None else lse.strides[0],
+        sinks=0 if sinks is None else sinks_pointer(sinks, num_heads))
 
 
 def sinks_pointer(sinks, num_heads):

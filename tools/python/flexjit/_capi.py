@@ -40,7 +40,7 @@ class Dtype(enum.IntEnum):
 
 
 class Device(enum.IntEnum):
-    """fj_device: where a context-level call (fj_kv_cache_write) runs."""
+    """fj_device: where a context-level call (fj_kv_cache_write, fj_merge_states) runs."""
 
     CUDA = 0
     CPU = 1
@@ -150,6 +150,13 @@ class PagedAttentionArgs(ctypes.Structure):
         ("k_scale", ctypes.c_void_p),
         ("v_scale", ctypes.c_void_p),
         ("kv_scale_stride", ctypes.c_int32),
+        # Since 0.9: context parallelism, the call holds one shard of each request's keys; key
+        # j of the shard has position kv_shard_offsets[r] + (j / I) * N * I + R * I + j % I.
+        ("kv_shard_offsets", ctypes.c_void_p),  # int32 [num_reqs] or null
+        ("global_seq_lens", ctypes.c_void_p),  # int32 [num_reqs]; null: not sharded
+        ("kv_shard_rank", ctypes.c_int32),  # R
+        ("kv_shard_count", ctypes.c_int32),  # N, 0 reads as 1
+        ("kv_shard_interleave", ctypes.c_int32),  # I, 0 reads as 1
     ]
 
 
@@ -231,6 +238,62 @@ class KvCacheWriteArgs(ctypes.Structure):
     ]
 
 
+class MergeStatesArgs(ctypes.Structure):
+    """fj_merge_states_args."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dtype", ctypes.c_int),
+        ("out_a", ctypes.c_void_p),
+        ("lse_a", ctypes.c_void_p),
+        ("out_b", ctypes.c_void_p),
+        ("lse_b", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("num_tokens", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("out_a_stride_token", ctypes.c_int64),
+        ("out_a_stride_head", ctypes.c_int64),
+        ("out_b_stride_token", ctypes.c_int64),
+        ("out_b_stride_head", ctypes.c_int64),
+        ("out_stride_token", ctypes.c_int64),
+        ("out_stride_head", ctypes.c_int64),
+        ("lse_a_stride_token", ctypes.c_int64),
+        ("lse_b_stride_token", ctypes.c_int64),
+        ("lse_stride_token", ctypes.c_int64),
+        ("device", ctypes.c_int),  # fj_device, since 0.4
+        ("sinks", ctypes.c_void_p),  # since 0.7; float32 [num_heads], null: no sinks
+    ]
+
+
+class MergeStatesNArgs(ctypes.Structure):
+    """fj_merge_states_n_args (since 0.9)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dtype", ctypes.c_int),
+        ("device", ctypes.c_int),
+        ("num_states", ctypes.c_int32),
+        ("states_out", ctypes.c_void_p),
+        ("states_lse", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("num_tokens", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("out_stride_state", ctypes.c_int64),
+        ("out_stride_token", ctypes.c_int64),
+        ("out_stride_head", ctypes.c_int64),
+        ("lse_stride_state", ctypes.c_int64),
+        ("lse_stride_token", ctypes.c_int64),
+        ("merged_stride_token", ctypes.c_int64),
+        ("merged_stride_head", ctypes.c_int64),
+        ("merged_lse_stride_token", ctypes.c_int64),
+        ("sinks", ctypes.c_void_p),
+    ]
+
+
 def library_candidates():
     """Where the library is looked for, in order: $FLEXJIT_LIBRARY, then the installed package's
     lib/ (the wheel), then, in a checkout, the repository's build folders (build/lib, .carry/lib,
@@ -259,11 +322,12 @@ class PlanShape(ctypes.Structure):
     ]
 
 
-def _declare(lib):
+def signatures():
+    """{function name: (restype, argtypes)} of every C API function this module calls."""
     p = ctypes.POINTER
     status = ctypes.c_int
     ctx, prog, kern = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
-    signatures = {
+    return {
         "fj_status_string": (ctypes.c_char_p, [status]),
         "fj_runtime_version": (ctypes.c_uint32, []),
         "fj_context_create": (status, [p(ctx)]),
@@ -290,8 +354,13 @@ def _declare(lib):
                                     ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]),
         "fj_plan_run": (status, [ctypes.c_void_p, p(PagedAttentionArgs), ctypes.c_void_p]),
         "fj_kv_cache_write": (status, [ctx, p(KvCacheWriteArgs), ctypes.c_void_p]),
+        "fj_merge_states": (status, [ctx, p(MergeStatesArgs), ctypes.c_void_p]),
+        "fj_merge_states_n": (status, [ctx, p(MergeStatesNArgs), ctypes.c_void_p]),
     }
-    for name, (restype, argtypes) in signatures.items():
+
+
+def _declare(lib):
+    for name, (restype, argtypes) in signatures().items():
         function = getattr(lib, name)
         function.restype = restype
         function.argtypes = argtypes
