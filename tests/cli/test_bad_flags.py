@@ -40,6 +40,8 @@ BAD_VALUES = ["-1", "0", "-2147483648", "2147483647", "99999999999999999999", "a
 RUN_BASE = ["run", STANDARD, "--mask", "sliding", "--set", "window=4", "--device", "cpu",
             "--head-dim", "64", "--heads", "2", "--kv-heads", "1", "--query-lens", "3",
             "--context-lens", "5", "--iterations", "0"]
+# The same with its keys dealt into two interleaved shards (context parallelism).
+RUN_SHARDED_BASE = RUN_BASE + ["--kv-shards", "2"]
 HINTS_BASE = ["hints", STANDARD, "--mask", "causal", "--q-len", "64", "--kv-len", "64"]
 EMIT_BASE = ["emit", STANDARD, "--mask", "causal"]
 COMPILE_BASE = ["compile", STANDARD, "--mask", "causal", "--arch", "sm_80"]
@@ -50,7 +52,9 @@ COMPILE_ALL_BASE = ["compile", STANDARD, "--all", "--arch", "sm_80", "--head-dim
 OPTION_TABLE = [
     (RUN_BASE, ["--head-dim", "--page-size", "--heads", "--kv-heads", "--query-lens",
                 "--context-lens", "--iterations", "--seed", "--scale", "--layout", "--device",
-                "--dtype", "--kv-dtype", "--kv-scale", "--set", "--mask", "-D"]),
+                "--dtype", "--kv-dtype", "--kv-scale", "--set", "--mask", "-D", "--kv-shards",
+                "--kv-interleave", "--kv-shard-layout"]),
+    (RUN_SHARDED_BASE, ["--kv-shards", "--kv-interleave", "--kv-shard-layout", "--context-lens"]),
     (HINTS_BASE, ["--q-len", "--kv-len", "--tile", "--b", "--h", "--set", "--mask"]),
     (EMIT_BASE, ["--head-dim", "--page-size", "--dtype", "--arch", "--mask", "-D"]),
     (COMPILE_ALL_BASE, ["--jobs", "--head-dims", "--dtypes", "--page-sizes"]),
@@ -96,6 +100,14 @@ MUST_FAIL = [
     ("--kv-scale without an fp8 cache", RUN_BASE + ["--kv-scale", "tensor"]),
     ("--kv-dtype of no cache type", RUN_BASE + ["--kv-dtype", "fp16"]),
     ("--kv-scale of no scale mode", RUN_BASE + ["--kv-dtype", "fp8", "--kv-scale", "channel"]),
+    ("no shards", RUN_BASE + ["--kv-shards", "0"]),
+    ("more shards than run takes", RUN_BASE + ["--kv-shards", "1025"]),
+    ("an interleave of 0", RUN_SHARDED_BASE + ["--kv-interleave", "0"]),
+    ("an interleave with contiguous shards",
+     RUN_SHARDED_BASE + ["--kv-shard-layout", "contiguous", "--kv-interleave", "4"]),
+    ("a shard layout of no kind", RUN_SHARDED_BASE + ["--kv-shard-layout", "ring"]),
+    ("shards of the encoder's keys", RUN_BASE[:4] + ["--encoder", "--kv-shards", "2"]),
+    ("shards on the GPU", with_option(RUN_SHARDED_BASE, "--device", "cuda")),
     ("-D chunk=0 divides by zero", ["ir", STANDARD, "--mask", "chunked", "-D", "chunk=0"]),
     ("-D chunk=0 in emit", EMIT_BASE[:2] + ["--mask", "chunked", "-D", "chunk=0"]),
     ("emit --arch banana", with_option(EMIT_BASE, "--arch", "banana")),
@@ -220,6 +232,10 @@ class BadFlagsTest(unittest.TestCase):
             (RUN_BASE[:4] + ["--encoder", "--kv-dtype", "fp8"], "--encoder reads 16-bit K/V"),
             (RUN_BASE + ["--kv-scale", "head"], "add --kv-dtype fp8"),
             (EMIT_BASE + ["--kv-dtype", "fp8", "--page-size", "0"], "needs a paged kernel"),
+            (with_option(RUN_SHARDED_BASE, "--device", "cuda"), "add --device cpu"),
+            (RUN_BASE + ["--kv-shards", "0"], "outside [1, 1024]"),
+            (RUN_SHARDED_BASE + ["--kv-shard-layout", "contiguous", "--kv-interleave", "4"],
+             "--kv-interleave deals interleaved shards"),
         ]
         results = self.run_rows([(repr(args), args) for args, _ in cases])
         for args, words in cases:
@@ -275,6 +291,16 @@ class BadFlagsTest(unittest.TestCase):
                 self.assertEqual(code, 0, err)
                 self.assertIn("_bf16_kvfp8_page16", out)
                 self.assertIn(f"fp8 e4m3 cache (scales per {scale})", out)
+                self.assertIn("PASS", out)
+
+    def test_sharded_keys_run_and_merge(self):
+        for extra in (["--kv-interleave", "3"], ["--kv-shard-layout", "contiguous"]):
+            with self.subTest(extra):
+                code, out, err, _, _ = invoke(
+                    with_option(RUN_SHARDED_BASE, "--context-lens", "40") + extra, self.env)
+                self.assertEqual(code, 0, err)
+                self.assertIn("merged (fj_merge_states_n)", out)
+                self.assertIn("unsharded call", out)
                 self.assertIn("PASS", out)
 
 

@@ -4,7 +4,7 @@
 // (a `run` batch within its limits, an array of rows x cols values). A broken promise aborts,
 // which libFuzzer reports as a finding.
 //
-// Input: the first byte picks the target; for `run`, the next 24 bytes are the numeric options
+// Input: the first byte picks the target; for `run`, the next 26 bytes are the numeric options
 // and the rest is "query lens\ncontext lens"; for `--set`, the next 10 bytes choose the
 // parameter's type, dimensions, b and h, and the rest is the literal.
 #include <cmath>
@@ -56,6 +56,12 @@ void fuzz_run_shape(Reader in) {
   shape.scale = (flags & 16) ? std::numeric_limits<float>::infinity() : 0.0f;
   shape.kv_fp8 = flags & 32;
   shape.kv_scale_given = flags & 64;
+  shape.kv_interleave_given = flags & 128;
+  // Shards: a count and an interleave (0-255 and any int32), the layout from the count's top bit.
+  const uint8_t shards = in.take<uint8_t>();
+  shape.kv_shards = shards & 0x7f;
+  shape.kv_shards_contiguous = shards & 0x80;
+  shape.kv_interleave = in.take<int32_t>();
   // Lines: query lengths, context lengths, sinks.
   std::string_view rest = in.rest();
   std::string* const lines[] = {&shape.query_lens, &shape.context_lens, &shape.sinks};
@@ -78,6 +84,9 @@ void fuzz_run_shape(Reader in) {
   FUZZ_REQUIRE(shape.num_heads > 0 && shape.num_kv_heads > 0 &&
                shape.num_heads % shape.num_kv_heads == 0);
   FUZZ_REQUIRE(shape.iterations >= 0 && shape.iterations <= flexjit::cli::kMaxRunIterations);
+  FUZZ_REQUIRE(shape.kv_shards >= 1 && shape.kv_interleave >= 1);
+  FUZZ_REQUIRE(shape.kv_shards == 1 || (!shape.encoder && shape.cpu));
+  FUZZ_REQUIRE(!shape.kv_interleave_given || !shape.kv_shards_contiguous);
   FUZZ_REQUIRE(batch->sinks.empty() == shape.sinks.empty());
   FUZZ_REQUIRE(batch->sinks.empty() || batch->sinks.size() == size_t(shape.num_heads));
   for (const float sink : batch->sinks)

@@ -25,6 +25,7 @@
 
 #include "check/cpu_check.h"
 #include "check/paged_check.h"
+#include "check/shard_check.h"
 #include "flexjit/compiler/host_code.h"
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/ir.h"
@@ -791,6 +792,10 @@ struct RunOptions {
   bool page_size_given = false;     // --page-size was on the command line
   bool context_lens_given = false;  // --context-lens was on the command line
   bool kv_scale_given = false;      // --kv-scale was on the command line
+  int kv_shards = 1;                // context parallelism: shards of each request's keys
+  int kv_interleave = 1;            // keys per run dealt to one shard
+  std::string kv_shard_layout = "interleaved";
+  bool kv_interleave_given = false;  // --kv-interleave was on the command line
 };
 
 int command_run(const std::string& path, RunOptions& options) {
@@ -812,6 +817,10 @@ int command_run(const std::string& path, RunOptions& options) {
       .sinks = options.sinks,
       .kv_fp8 = options.kernel.kv_dtype == "fp8",
       .kv_scale_given = options.kv_scale_given,
+      .kv_shards = options.kv_shards,
+      .kv_interleave = options.kv_interleave,
+      .kv_interleave_given = options.kv_interleave_given,
+      .kv_shards_contiguous = options.kv_shard_layout == "contiguous",
   });
   if (!batch) return report_error(batch.error());
   const LoadedFile file = load_file(path);
@@ -873,13 +882,31 @@ int command_run(const std::string& path, RunOptions& options) {
   config.timing_iterations = options.iterations;
   config.check_bounds = options.check_bounds;
   config.sinks = batch->sinks;
-  auto report = cpu ? flexjit::run_cpu_paged_check(context, program, config)
-                    : flexjit::run_paged_check(context, program, config);
+  // Sharded: the merged shards are checked against the reference (and the unsharded call);
+  // their launches are not timed.
+  std::optional<flexjit::ShardCheckReport> sharded;
+  if (options.kv_shards > 1) {
+    flexjit::ShardCheckConfig shards;
+    shards.count = options.kv_shards;
+    shards.layout = options.kv_shard_layout == "contiguous" ? flexjit::ShardLayout::Contiguous
+                                                            : flexjit::ShardLayout::Interleaved;
+    shards.interleave = options.kv_interleave;
+    shards.seed = options.seed;
+    config.timing_iterations = 0;
+    auto shard_report = flexjit::run_cpu_shard_check(context, program, config, shards);
+    if (!shard_report) return report_error(shard_report.error());
+    sharded = std::move(*shard_report);
+  }
+  auto report = sharded ? flexjit::Result<flexjit::PagedCheckReport>(sharded->merged)
+                : cpu   ? flexjit::run_cpu_paged_check(context, program, config)
+                        : flexjit::run_paged_check(context, program, config);
   if (!report) return report_error(report.error());
 
   const double tolerance = flexjit::relative_error_tolerance(config);
   const bool pass = report->relative_error <= tolerance && report->bad_outputs == 0 &&
-                    report->empty_rows_wrong == 0;
+                    report->empty_rows_wrong == 0 &&
+                    (!sharded || (sharded->unsharded.relative <= tolerance &&
+                                  sharded->unsharded.mismatched_non_finite == 0));
   const double flops = 4.0 * options.kernel.head_dim * report->visible_pairs;
   fmt::print("kernel          {}\n", report->kernel_name);
   fmt::print("device          {}\n",
@@ -889,6 +916,19 @@ int command_run(const std::string& path, RunOptions& options) {
       query_lens.size(), report->num_tokens, options.num_heads, options.num_kv_heads,
       options.encoder ? "contiguous (encoder)" : options.layout,
       config.kv_fp8 ? fmt::format(", fp8 e4m3 cache (scales per {})", options.kv_scale) : "");
+  if (sharded) {
+    fmt::print("shards          {} {}, merged (fj_merge_states_n); keys per shard {}\n",
+               options.kv_shards,
+               options.kv_shard_layout == "contiguous"
+                   ? std::string("contiguous ranges")
+                   : fmt::format("interleaved in runs of {}", options.kv_interleave),
+               fmt::join(sharded->keys_per_shard, ", "));
+    fmt::print(
+        "unsharded call  relative difference {:.3e}, lse max abs {:.3e}, {} rows finite on "
+        "one side only; {} rows a shard saw no key of\n",
+        sharded->unsharded.relative, sharded->unsharded.lse_max_abs,
+        sharded->unsharded.mismatched_non_finite, sharded->rows_empty_in_some_shard);
+  }
   fmt::print("relative error  {:.3e} (tolerance {:.0e}), max abs {:.3e}, lse max abs {:.3e}\n",
              report->relative_error, tolerance, report->max_abs_error, report->lse_max_abs_error);
   fmt::print("bad outputs     {} NaN/Inf or unwritten, {} empty rows not 0/-inf (or sink)\n",
@@ -1073,6 +1113,16 @@ int main(int argc, char** argv) {
   run->add_option("--sinks", run_options.sinks,
                   "attention sink logits (gpt-oss): one for every head, or one per head, "
                   "comma-separated; -inf is no sink");
+  run->add_option("--kv-shards", run_options.kv_shards,
+                  "context parallelism (CPU backend): deal each request's keys into N shards, run "
+                  "each as a sharded call and merge them (docs/context_parallel.md); 1: unsharded");
+  run->add_option("--kv-interleave", run_options.kv_interleave,
+                  "with --kv-shards: keys dealt to one shard in a row (vLLM's "
+                  "cp_kv_cache_interleave_size)");
+  run->add_option("--kv-shard-layout", run_options.kv_shard_layout,
+                  "with --kv-shards: interleaved (vLLM's DCP) or contiguous ranges cut at random "
+                  "points")
+      ->check(CLI::IsMember({"interleaved", "contiguous"}));
   run->add_flag("--check-bounds", run_options.check_bounds,
                 "report the first array read outside its array (debug launch)");
   run->add_option("--iterations", run_options.iterations, "timed launches (0: no timing)");
@@ -1093,6 +1143,7 @@ int main(int argc, char** argv) {
   run_options.page_size_given = run->count("--page-size") > 0;
   run_options.context_lens_given = run->count("--context-lens") > 0;
   run_options.kv_scale_given = run->count("--kv-scale") > 0;
+  run_options.kv_interleave_given = run->count("--kv-interleave") > 0;
   if (*check) return command_check(path, check_json);
   if (*ir) return command_ir(path, ir_options, ir_passes);
   if (*emit) return command_emit(path, emit_options);

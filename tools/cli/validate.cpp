@@ -109,6 +109,24 @@ Result<RunBatch> check_run_shape(const RunShape& shape) {
   if (shape.kv_scale_given && !shape.kv_fp8) {
     return Error{"--kv-scale chooses the scales of an fp8 cache: add --kv-dtype fp8"};
   }
+  if (shape.kv_shards < 1 || shape.kv_shards > kMaxRunShards) {
+    return Error{fmt::format("--kv-shards {} is outside [1, {}] (1: unsharded)", shape.kv_shards,
+                             kMaxRunShards)};
+  }
+  if (shape.kv_interleave < 1) {
+    return Error{fmt::format("--kv-interleave {} must be at least 1", shape.kv_interleave)};
+  }
+  if (shape.kv_interleave_given && shape.kv_shards_contiguous) {
+    return Error{
+        "--kv-interleave deals interleaved shards: drop it or --kv-shard-layout "
+        "contiguous"};
+  }
+  if (shape.kv_shards > 1 && shape.encoder) {
+    return Error{"--kv-shards shards a paged cache's keys: --encoder has none"};
+  }
+  if (shape.kv_shards > 1 && !shape.cpu) {
+    return Error{"--kv-shards runs on the CPU backend in this version: add --device cpu"};
+  }
   if (!shape.encoder && (shape.page_size == 0 || !supported::page_size(shape.page_size))) {
     return Error{fmt::format(
         "--page-size {} is not supported: a multiple of {} up to {} (contiguous K/V: --encoder)",

@@ -37,6 +37,8 @@ inline constexpr int64_t kMaxRunCpuWork = int64_t{1} << 39;
 // At most this many timed launches, and requests per batch (the C API's limit).
 inline constexpr int kMaxRunIterations = 100000;
 inline constexpr int kMaxRunRequests = 65535;
+// At most this many shards of each request's keys (--kv-shards).
+inline constexpr int kMaxRunShards = 1024;
 
 // `flexjit run`'s shape options as given on the command line.
 struct RunShape {
@@ -55,6 +57,12 @@ struct RunShape {
   std::string sinks;    // --sinks: "" for none, else one logit or one per head, comma-separated
   bool kv_fp8 = false;  // --kv-dtype fp8
   bool kv_scale_given = false;  // --kv-scale was on the command line
+  // Context parallelism (--kv-shards, docs/context_parallel.md): 1 is unsharded. Interleaved
+  // in runs of kv_interleave keys (vLLM's layout), or contiguous ranges (kv_shards_contiguous).
+  int kv_shards = 1;
+  int kv_interleave = 1;
+  bool kv_interleave_given = false;
+  bool kv_shards_contiguous = false;
 };
 
 // The batch a valid RunShape describes, with what it costs.
@@ -71,8 +79,9 @@ struct RunBatch {
 // --encoder; heads and kv heads positive, kv heads dividing heads; lengths non-negative, one
 // context length per query length, at most kMaxRunRequests requests, sequence lengths and the
 // token count within int32; iterations in [0, kMaxRunIterations]; a finite scale; sinks
-// (parse_sinks); an fp8 cache only paged (not with --encoder) and --kv-scale only with one; and
-// the memory and work limits above.
+// (parse_sinks); an fp8 cache only paged (not with --encoder) and --kv-scale only with one;
+// shards (--kv-shards in [1, kMaxRunShards], interleave >= 1 and only for interleaved shards)
+// only paged and on the CPU backend; and the memory and work limits above.
 Result<RunBatch> check_run_shape(const RunShape& shape);
 
 // `compile`'s options beyond the kernel's.
