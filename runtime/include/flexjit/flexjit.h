@@ -13,8 +13,8 @@
  * - The CUDA driver library is loaded at run time: everything except launching works on machines
  *   without a GPU (kernels are then compiled for an architecture named in fj_kernel_desc).
  * - CPU backend (since 0.4, docs/cpu.md): a kernel created with arch "cpu" runs the same calls on
- *   the host, synchronously, over host pointers; fj_kv_cache_write and fj_merge_states take
- *   FJ_DEVICE_CPU in their args. No CUDA driver or NVRTC is involved.
+ *   the host, synchronously, over host pointers; fj_kv_cache_write, fj_merge_states and
+ *   fj_merge_states_n take FJ_DEVICE_CPU in their args. No CUDA driver or NVRTC is involved.
  */
 #ifndef FLEXJIT_FLEXJIT_H_
 #define FLEXJIT_FLEXJIT_H_
@@ -56,8 +56,8 @@ typedef enum fj_status {
  * stores one only for a NaN input. */
 typedef enum fj_dtype { FJ_DTYPE_FP16 = 1, FJ_DTYPE_BF16 = 2, FJ_DTYPE_FP8_E4M3 = 3 } fj_dtype;
 
-/* Where a context-level call (fj_kv_cache_write, fj_merge_states) runs, since 0.4. Attention
- * calls run where their kernel was created for (fj_kernel_desc::arch). */
+/* Where a context-level call (fj_kv_cache_write, fj_merge_states, fj_merge_states_n) runs, since
+ * 0.4. Attention calls run where their kernel was created for (fj_kernel_desc::arch). */
 typedef enum fj_device {
   FJ_DEVICE_CUDA = 0, /* pointers are device memory; the call is enqueued on a CUDA stream */
   FJ_DEVICE_CPU = 1   /* pointers are host memory; the call runs before it returns */
@@ -279,7 +279,7 @@ typedef struct fj_paged_attention_args {
    * the scale and score_mod over the keys the mask keeps. A row with no visible key gets out 0
    * and lse = sinks[h]; a sink of -inf is no sink. Any mask and score; fj_plan_run counts it once
    * however many splits a row's keys take. Partial attentions that will be merged
-   * (fj_merge_states) leave it out and pass it to the merge. */
+   * (fj_merge_states, fj_merge_states_n) leave it out and pass it to the merge. */
   const float* sinks;
 
   /* Since 0.8 (a shorter struct_size reads them as null and 0). Dequantization scales of an fp8
