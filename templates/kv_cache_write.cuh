@@ -10,25 +10,40 @@
 
 namespace fj {
 
+// One thread's share of the write: 8 elements (d, d + 8) of one (token, kv head) row, and the
+// cache slot (block, offset) its token goes to. Threads past the rows, and tokens whose slot is
+// skipped (negative, or past the cache), have none.
+struct CacheWriteItem {
+  i64 token, head, d, block, offset;
+};
+
+__device__ __forceinline__ bool cache_write_item(const KvCacheWriteArgs& args,
+                                                 CacheWriteItem& item) {
+  const i64 pieces_per_row = args.head_dim / 8;
+  const i64 pieces = static_cast<i64>(args.num_tokens) * args.num_kv_heads * pieces_per_row;
+  const i64 index = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= pieces) return false;
+  const i64 piece = index % pieces_per_row;
+  item.head = (index / pieces_per_row) % args.num_kv_heads;
+  item.token = index / (pieces_per_row * args.num_kv_heads);
+  const i64 slot = args.slot_mapping[item.token];
+  if (slot < 0 || slot >= args.num_slots) return false;
+  item.block = slot / args.page_size;
+  item.offset = slot % args.page_size;
+  item.d = piece * 8;
+  return true;
+}
+
 // One thread per 16-byte chunk of one (token, kv head) row, for keys and values alike.
 __device__ __forceinline__ void kv_cache_write(const KvCacheWriteArgs& args) {
-  const i64 chunks_per_row = args.head_dim / 8;
-  const i64 chunks = static_cast<i64>(args.num_tokens) * args.num_kv_heads * chunks_per_row;
-  const i64 index = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= chunks) return;
-  const i64 chunk = index % chunks_per_row;
-  const i64 head = (index / chunks_per_row) % args.num_kv_heads;
-  const i64 token = index / (chunks_per_row * args.num_kv_heads);
-  const i64 slot = args.slot_mapping[token];
-  if (slot < 0 || slot >= args.num_slots) return;
-  const i64 block = slot / args.page_size;
-  const i64 offset = slot % args.page_size;
+  CacheWriteItem item;
+  if (!cache_write_item(args, item)) return;
+  const auto [token, head, d, block, offset] = item;
   using Chunk = uint4;
   const unsigned short* key = static_cast<const unsigned short*>(args.key);
   const unsigned short* value = static_cast<const unsigned short*>(args.value);
   unsigned short* k_cache = static_cast<unsigned short*>(args.k_cache);
   unsigned short* v_cache = static_cast<unsigned short*>(args.v_cache);
-  const i64 d = chunk * 8;
   *reinterpret_cast<Chunk*>(k_cache + block * args.k_stride_block + offset * args.k_stride_slot +
                             head * args.k_stride_head + d) =
       *reinterpret_cast<const Chunk*>(key + token * args.key_stride_token +
@@ -44,18 +59,9 @@ __device__ __forceinline__ void kv_cache_write(const KvCacheWriteArgs& args) {
 // rounding the CPU backend and the check harness share), from bf16 or fp16 inputs.
 template <bool kBF16>
 __device__ __forceinline__ void kv_cache_write_fp8(const KvCacheWriteArgs& args) {
-  const i64 pieces_per_row = args.head_dim / 8;
-  const i64 pieces = static_cast<i64>(args.num_tokens) * args.num_kv_heads * pieces_per_row;
-  const i64 index = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= pieces) return;
-  const i64 piece = index % pieces_per_row;
-  const i64 head = (index / pieces_per_row) % args.num_kv_heads;
-  const i64 token = index / (pieces_per_row * args.num_kv_heads);
-  const i64 slot = args.slot_mapping[token];
-  if (slot < 0 || slot >= args.num_slots) return;
-  const i64 block = slot / args.page_size;
-  const i64 offset = slot % args.page_size;
-  const i64 d = piece * 8;
+  CacheWriteItem item;
+  if (!cache_write_item(args, item)) return;
+  const auto [token, head, d, block, offset] = item;
   const auto quantize = [&](const void* input, i64 input_offset, void* cache, i64 cache_offset,
                             float scale) {
     const uint4 in =

@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   }
   for (const std::string& arch : arches) {
     specs.push_back(flexjit::kv_cache_write_spec(arch));
+    specs.push_back(flexjit::kv_cache_write_fp8_spec(true, arch));
+    specs.push_back(flexjit::kv_cache_write_fp8_spec(false, arch));
     specs.push_back(flexjit::merge_states_spec(true, arch));
     specs.push_back(flexjit::merge_states_spec(false, arch));
   }
