@@ -1,6 +1,8 @@
 """torch.ops.flexjit (tools/python/flexjit/_torch_ops.py): registration, fake tensors and
-torch.compile without a GPU; on a GPU, the operators against the ctypes calls (bit for bit),
-torch.compile(fullgraph=True), and CUDA-graph capture and replay of the planned run.
+torch.compile without a GPU, and on CPU tensors with a CPU kernel context parallelism's sharded
+calls merged by merge_states_n, eager and compiled; on a GPU, the operators against the ctypes
+calls (bit for bit), torch.compile(fullgraph=True), and CUDA-graph capture and replay of the
+planned run.
 
 Skipped with the reason when torch, the library or (for the GPU half) CUDA is missing. On the GPU
 machine (library staged in .carry/lib):
@@ -164,13 +166,86 @@ class TorchOpsTest(unittest.TestCase):
                 self.assertEqual(len(schema.returns), 0)
                 self.assertEqual(str(schema), "flexjit::" + name + self.ops.SCHEMAS[name])
                 # Added after every older argument, with defaults: calls that name none still
-                # match. 0.7's sinks everywhere, then 0.8's fp8 scales where a paged cache is
-                # read.
-                added = ["sinks"] + (["k_scale", "v_scale"] if name != "varlen_attention"
-                                     else [])
+                # match. 0.7's sinks everywhere, then, where a paged cache is read, 0.8's fp8
+                # scales and 0.9's shard, whose defaults are the call over every key.
+                added = [("sinks", None)]
+                if name != "varlen_attention":
+                    added += [("k_scale", None), ("v_scale", None), ("kv_shard_offsets", None),
+                              ("global_seq_lens", None), ("kv_shard_rank", 0),
+                              ("kv_shard_count", 1), ("kv_shard_interleave", 1)]
                 tail = schema.arguments[-len(added):]
                 self.assertEqual([(a.name, a.has_default_value(), a.default_value)
-                                  for a in tail], [(a, True, None) for a in added])
+                                  for a in tail], [(a, True, d) for a, d in added])
+        schema = torch.ops.flexjit.merge_states_n.default._schema
+        self.assertEqual(str(schema), "flexjit::merge_states_n" + self.ops.SCHEMAS[
+            "merge_states_n"])
+        self.assertEqual([a.name for a in schema.arguments
+                          if a.alias_info is not None and a.alias_info.is_write], ["out", "lse"])
+        self.assertEqual(len(schema.returns), 0)
+
+    def test_fakes_check_the_shard_and_the_merge(self):
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+        mode = FakeTensorMode()
+        batch = {name: mode.from_tensor(t) for name, t in
+                 paged_batch([3, 1], [40, 20], device="cpu").items()}
+        with mode:
+            lens = torch.empty(2, dtype=torch.int32)
+            bad_arrays = [
+                (torch.empty(2, dtype=torch.int64), r" is torch.int64 \(2,\) on cpu, expected "
+                 r"int32 \[num_reqs\] on cpu"),
+                (torch.empty(3, dtype=torch.int32), r" \(3,\), expected \(2,\) \(num_reqs\)"),
+                (torch.empty(2, dtype=torch.int32, device="meta"),
+                 r" is torch.int32 \(2,\) on meta, expected int32"),
+            ]
+            for op, args in (("paged_attention", dict(max_query_len=3)), ("plan_run", {})):
+                with self.subTest(op=op):
+                    shard = flexjit.KvShard(1, 2, 16, offsets=lens, global_seq_lens=lens)
+                    out = getattr(self.ops, op)("test.sliding", **batch, **args, kv_shard=shard)
+                    self.assertEqual(tuple(out.shape), (4, HEADS, HEAD_DIM))
+                    for field, name in (("offsets", "kv_shard_offsets"),
+                                        ("global_seq_lens", "global_seq_lens")):
+                        for bad, message in bad_arrays:
+                            with self.subTest(field=field, message=message):
+                                arrays = dict(offsets=lens, global_seq_lens=lens)
+                                arrays[field] = bad
+                                with self.assertRaisesRegex(RuntimeError, name + message):
+                                    getattr(self.ops, op)(
+                                        "test.sliding", **batch, **args,
+                                        kv_shard=flexjit.KvShard(1, 2, 16, **arrays))
+                    with self.assertRaisesRegex(TypeError, "kv_shard: the operators take "
+                                                "global_seq_lens as a torch tensor"):
+                        getattr(self.ops, op)("test.sliding", **batch, **args,
+                                              kv_shard=flexjit.KvShard(1, 2,
+                                                                       global_seq_lens=[40, 20]))
+                    with self.assertRaisesRegex(TypeError, "expected a flexjit.KvShard"):
+                        getattr(self.ops, op)("test.sliding", **batch, **args, kv_shard=(1, 2))
+
+            states = torch.empty(3, 4, HEADS, HEAD_DIM, dtype=torch.bfloat16)
+            states_lse = torch.empty(3, 4, HEADS)
+            merged = dict(states_out=states, states_lse=states_lse, lse=torch.empty(4, HEADS),
+                          sinks=torch.empty(HEADS))
+            out = self.ops.merge_states_n(**merged)
+            self.assertEqual((tuple(out.shape), out.dtype),
+                             ((4, HEADS, HEAD_DIM), torch.bfloat16))
+            self.assertIsInstance(out, FakeTensor)
+            bf16 = torch.bfloat16
+            cases = [
+                (dict(states_out=states[0]), r"states_out has shape \(4, 8, 128\)"),
+                (dict(states_lse=states_lse.to(bf16)), "states_lse is torch.bfloat16"),
+                (dict(states_lse=torch.empty(2, 4, HEADS)),
+                 r"states_lse \(2, 4, 8\), expected \(3, 4, 8\)"),
+                (dict(out=torch.empty(4, HEADS, HEAD_DIM)),
+                 "out is torch.float32 .* states_out torch.bfloat16"),
+                (dict(out=torch.empty(5, HEADS, HEAD_DIM, dtype=bf16)),
+                 r"out \(5, 8, 128\), expected \(4, 8, 128\)"),
+                (dict(lse=torch.empty(4, HEADS, dtype=bf16)), "^flexjit: lse is torch.bfloat16"),
+                (dict(lse=torch.empty(4, 3)), r"lse \(4, 3\), expected \(4, 8\)"),
+                (dict(sinks=torch.empty(3)), r"sinks \(3,\), expected \(8,\)"),
+            ]
+            for changes, message in cases:
+                with self.subTest(message):
+                    with self.assertRaisesRegex(RuntimeError, message):
+                        self.ops.merge_states_n(**dict(merged, **changes))
 
     def test_registry(self):
         self.assertIs(self.ops.lookup("test.sliding"), self.kernel)
@@ -288,6 +363,20 @@ class TorchOpsTest(unittest.TestCase):
             impls["paged_attention"](*args[:13], [8.5], *args[14:])
         with self.assertRaisesRegex(TypeError, "names a Kernel, this operator takes a Plan"):
             impls["plan_run"]("test.sliding", *args[1:9], *args[10:])
+        # The shard reaches the library, which refuses it for a CUDA kernel in 0.9 before any
+        # launch (the same call without it reached the driver above); so does the merge.
+        lens = FakeTensor((2,), "torch.int32")
+        for shard in ([None, lens, 1, 2, 16], [lens, lens, 0, 1, 1]):
+            with self.subTest(shard=shard[2:]):
+                with self.assertRaises(flexjit.FlexjitError) as caught:
+                    impls["paged_attention"](*args, None, None, None, *shard)
+                self.assertEqual(caught.exception.status, flexjit.Status.UNSUPPORTED,
+                                 caught.exception)
+        with self.assertRaises(flexjit.FlexjitError) as caught:
+            impls["merge_states_n"](FakeTensor((2, 4, HEADS, HEAD_DIM)),
+                                    FakeTensor((2, 4, HEADS), "torch.float32"),
+                                    FakeTensor((4, HEADS, HEAD_DIM)), None)
+        self.assertEqual(caught.exception.status, flexjit.Status.UNSUPPORTED, caught.exception)
 
     def test_compile_fullgraph_on_meta_tensors(self):
         # Traces through the Python entry point and the fake implementation: one graph, no
@@ -312,6 +401,187 @@ class TorchOpsTest(unittest.TestCase):
                                  ((4, HEADS, HEAD_DIM), (4, HEADS)))
                 out, _ = compiled(paged_batch([5, 2], [40, 20], device="meta"), doc, 8)
                 self.assertEqual(tuple(out.shape), (7, HEADS, HEAD_DIM))
+
+
+# (keys over every shard, query rows) of the requests TorchOpsCpuTest shards: decodes and short
+# prefills. The second is shorter than two runs of 16 keys: with 3 ranks and interleave 16, rank
+# 2 holds none of it.
+REQUESTS = [(203, 1), (20, 3), (517, 1), (96, 4)]
+# Contiguous uneven cuts of each request over 3 shards: shard 0 holds no key of the first
+# request, shard 1 one key of the third, shard 2 none of the fourth.
+CUTS = [[0, 0, 150, 203], [0, 7, 12, 20], [0, 300, 301, 517], [0, 40, 96, 96]]
+# Merged shards against the call over every key: bf16 partial outputs, each rounded once before
+# the merge and once after, stay within 2 bf16 ulps of their magnitude or of 1, whichever is
+# larger (a dropped or doubled key moves its rows' lse by about 1 / (the keys it sees), far more
+# than LSE_TOLERANCE).
+BF16_TOLERANCE = 2.0**-7
+LSE_TOLERANCE = 1e-4
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+@unittest.skipUnless(library_available(), NO_LIBRARY)
+class TorchOpsCpuTest(unittest.TestCase):
+    """The operators over CPU tensors with a CPU kernel (arch "cpu"): context parallelism's
+    sharded calls merged by merge_states_n against the call over every key, eager and
+    compiled."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ops = flexjit.torch_ops
+        ctx = flexjit.Context()
+        cls.kernel = ctx.kernel(ctx.program_from_file(MASKS), "sliding", head_dim=HEAD_DIM,
+                                dtype="bf16", page_size=PAGE, arch="cpu")
+        cls.ops.register("cpu.sliding", cls.kernel)
+        gen = torch.Generator().manual_seed(36)
+        cls.lengths = [length for length, _ in REQUESTS]
+        rows = [count for _, count in REQUESTS]
+        cls.query_start_loc = torch.tensor([0] + torch.tensor(rows).cumsum(0).tolist(),
+                                           dtype=torch.int32)
+        cls.q = torch.randn(sum(rows), HEADS, HEAD_DIM, generator=gen).bfloat16()
+        cls.keys, cls.values = (
+            [torch.randn(length, KV_HEADS, HEAD_DIM, generator=gen).bfloat16()
+             for length in cls.lengths] for _ in range(2))
+        cls.global_seq_lens = torch.tensor(cls.lengths, dtype=torch.int32)
+        cls.max_query_len = max(rows)
+
+    def shard_inputs(self, positions):
+        """The caches, block table and seq_lens of a call holding request r's keys at
+        positions[r], in that order. Every call's cache is as large as the whole batch's, so
+        that all shards have one geometry (each must still carry its own shard), and its slots
+        no key fills hold NaN (read, they would spread)."""
+        blocks = -(-max(self.lengths) // PAGE)
+        shape = (len(REQUESTS) * blocks * PAGE, KV_HEADS, HEAD_DIM)
+        k_cache, v_cache = (torch.full(shape, float("nan"), dtype=torch.bfloat16)
+                            for _ in range(2))
+        for r, held in enumerate(positions):
+            index = torch.tensor(list(held), dtype=torch.long)
+            k_cache[r * blocks * PAGE:][:len(index)] = self.keys[r][index]
+            v_cache[r * blocks * PAGE:][:len(index)] = self.values[r][index]
+        table = torch.arange(len(REQUESTS) * blocks, dtype=torch.int32).view(-1, blocks)
+        return dict(k_cache=k_cache.view(-1, PAGE, KV_HEADS, HEAD_DIM),
+                    v_cache=v_cache.view(-1, PAGE, KV_HEADS, HEAD_DIM), block_table=table,
+                    seq_lens=torch.tensor([len(held) for held in positions], dtype=torch.int32))
+
+    def layouts(self):
+        """(name, [(KvShard, the call's inputs)]) of each split: interleaved over 2 and 3 ranks
+        in runs of 1 and 16 keys, and contiguous uneven runs (CUTS) over 3."""
+        layouts = []
+        for count, interleave in ((2, 1), (2, 16), (3, 1), (3, 16)):
+            layouts.append((f"{count} ranks, interleave {interleave}", [
+                (flexjit.KvShard(rank, count, interleave, global_seq_lens=self.global_seq_lens),
+                 self.shard_inputs([flexjit.shard_positions(length, rank, count, interleave)
+                                    for length in self.lengths]))
+                for rank in range(count)]))
+        layouts.append(("3 contiguous", [
+            (flexjit.KvShard(offsets=torch.tensor([c[s] for c in CUTS], dtype=torch.int32),
+                             global_seq_lens=self.global_seq_lens),
+             self.shard_inputs([range(c[s], c[s + 1]) for c in CUTS]))
+            for s in range(3)]))
+        return layouts
+
+    def whole(self, sinks=None):
+        """(out, lse) of the operator over every key, as calls written before 0.9 make it."""
+        lse = torch.full((self.q.shape[0], HEADS), float("nan"))
+        out = self.ops.paged_attention(
+            "cpu.sliding", self.q, **self.shard_inputs([range(n) for n in self.lengths]),
+            query_start_loc=self.query_start_loc, max_query_len=self.max_query_len, lse=lse,
+            params={"window": 100}, sinks=sinks)
+        return out, lse
+
+    def assert_close(self, got, want, what):
+        out, lse = got
+        want_out, want_lse = want
+        self.assertTrue(torch.isfinite(want_out).all(), f"{what}: the reference is not finite")
+        torch.testing.assert_close(out.float(), want_out.float(), atol=BF16_TOLERANCE,
+                                   rtol=BF16_TOLERANCE, msg=lambda m: f"{what}: out: {m}")
+        self.assertLessEqual((lse - want_lse).abs().max().item(), LSE_TOLERANCE, f"{what}: lse")
+
+    def test_sharded_calls_merge_into_the_whole_call(self):
+        want = self.whole()
+        with_empty_rows = []
+        for name, shards in self.layouts():
+            with self.subTest(layout=name):
+                outs, lses = [], []
+                for shard, inputs in shards:
+                    outs.append(torch.full_like(self.q, float("nan")))
+                    lses.append(torch.full((self.q.shape[0], HEADS), float("nan")))
+                    torch.ops.flexjit.paged_attention(
+                        "cpu.sliding", self.q, inputs["k_cache"], inputs["v_cache"],
+                        inputs["block_table"], self.query_start_loc, inputs["seq_lens"],
+                        outs[-1], lses[-1], self.max_query_len, 0.0, "NHD", ["window"],
+                        [100.0], [], [], None, None, None, None, shard.offsets,
+                        shard.global_seq_lens, shard.rank, shard.count, shard.interleave)
+                if any(torch.isneginf(lse).any() for lse in lses):
+                    with_empty_rows.append(name)
+                out = torch.full_like(self.q, float("nan"))
+                lse = torch.full((self.q.shape[0], HEADS), float("nan"))
+                torch.ops.flexjit.merge_states_n(torch.stack(outs), torch.stack(lses), out, lse)
+                self.assert_close((out, lse), want, name)
+        # Rows a shard holds no visible key of (empty, lse -inf, dropped by the merge): where
+        # a rank holds nothing of the second request, or a cut leaves a shard outside a
+        # decode's window.
+        self.assertEqual(with_empty_rows, ["3 ranks, interleave 16", "3 contiguous"])
+        # A shard's call against the ctypes call with its KvShard, bit for bit.
+        shard, inputs = self.layouts()[-1][1][1]
+        lse = torch.empty(self.q.shape[0], HEADS)
+        want_lse = torch.empty(self.q.shape[0], HEADS)
+        options = dict(query_start_loc=self.query_start_loc, max_query_len=self.max_query_len,
+                       params={"window": 100}, kv_shard=shard)
+        out = self.ops.paged_attention("cpu.sliding", self.q, **inputs, lse=lse, **options)
+        want_out = self.kernel(self.q, **inputs, lse=want_lse, **options)
+        self.assertTrue(torch.equal(out, want_out) and torch.equal(lse, want_lse))
+
+    def test_merge_counts_the_sinks_once(self):
+        # The shards leave the sinks out and the merge adds them: the call over every key with
+        # them.
+        sinks = torch.linspace(-2.0, 6.0, HEADS)
+        sinks[0] = float("-inf")  # no sink
+        want = self.whole(sinks)
+        self.assertFalse(torch.equal(want[0], self.whole()[0]), "the sinks changed nothing")
+        name, shards = self.layouts()[3]
+        outs, lses = [], []
+        for shard, inputs in shards:
+            lses.append(torch.empty(self.q.shape[0], HEADS))
+            outs.append(self.ops.paged_attention(
+                "cpu.sliding", self.q, **inputs, query_start_loc=self.query_start_loc,
+                max_query_len=self.max_query_len, lse=lses[-1], params={"window": 100},
+                kv_shard=shard))
+        lse = torch.empty(self.q.shape[0], HEADS)
+        out = self.ops.merge_states_n(torch.stack(outs), torch.stack(lses), lse=lse,
+                                      sinks=sinks)
+        self.assertEqual((out.dtype, tuple(out.shape)), (torch.bfloat16, tuple(self.q.shape)))
+        self.assert_close((out, lse), want, f"{name} with sinks")
+
+    def test_compile_fullgraph_matches_eager(self):
+        def step(q, query_start_loc, shards, window):
+            outs, lses = [], []
+            for shard, inputs in shards:
+                lse = q.new_empty(q.shape[:2], dtype=torch.float32)
+                outs.append(self.ops.paged_attention(
+                    "cpu.sliding", q, **inputs, query_start_loc=query_start_loc,
+                    max_query_len=self.max_query_len, lse=lse, params={"window": window},
+                    kv_shard=shard))
+                lses.append(lse)
+            lse = q.new_empty(q.shape[:2], dtype=torch.float32)
+            out = self.ops.merge_states_n(torch.stack(outs), torch.stack(lses), lse=lse)
+            return out, lse
+
+        layouts = self.layouts()
+        want = self.whole()
+        explained = torch._dynamo.explain(step)(self.q, self.query_start_loc, layouts[1][1],
+                                                100)
+        self.assertEqual((explained.graph_count, explained.graph_break_count), (1, 0),
+                         explained.break_reasons)
+        for backend in ("aot_eager", "inductor"):
+            with self.subTest(backend=backend):
+                torch._dynamo.reset()
+                compiled = torch.compile(step, fullgraph=True, backend=backend)
+                for name, shards in (layouts[1], layouts[3], layouts[4]):
+                    got = compiled(self.q, self.query_start_loc, shards, 100)
+                    eager = step(self.q, self.query_start_loc, shards, 100)
+                    self.assertTrue(torch.equal(got[0], eager[0]) and
+                                    torch.equal(got[1], eager[1]), f"{backend}, {name}")
+                    self.assert_close(got, want, f"{backend}, {name}")
 
 
 @unittest.skipIf(torch is None, NO_TORCH)

@@ -18,15 +18,16 @@ the guards and the CUDA-graph rules. Importing flexjit does not import this modu
 import ctypes
 import numbers
 import struct
+from typing import NamedTuple
 
 import torch
 
-from . import Kernel, ParamType, Plan, _stream_arg
+from . import Kernel, KvShard, ParamType, Plan, _stream_arg
 from . import flex as _flex
 from ._capi import PagedAttentionArgs
 
 __all__ = ["register", "unregister", "lookup", "paged_attention", "varlen_attention",
-           "plan_run", "workspace_size", "SCHEMAS"]
+           "plan_run", "merge_states_n", "workspace_size", "SCHEMAS"]
 
 # What the operators take. The scalar runtime parameters travel as names and numbers (an
 # int or bool parameter's number must be integral), the array parameters as names and tensors;
@@ -34,14 +35,18 @@ __all__ = ["register", "unregister", "lookup", "paged_attention", "varlen_attent
 # variant reads arrays along a position dimension. `sinks` (float32 [num_heads], since 0.7)
 # comes last with a default, so calls written for the schemas without it still match; so do
 # `k_scale` and `v_scale` after it (since 0.8: an fp8 cache's float32 scales, 1 or num_kv_heads
-# elements) in the operators that read a paged cache.
+# elements) in the operators that read a paged cache, and after those a KvShard's fields (since
+# 0.9, context parallelism: the int32 [num_reqs] kv_shard_offsets and global_seq_lens, and the
+# rank, count and interleave, whose defaults are the call over every key).
 SCHEMAS = {
     "paged_attention":
         "(str kernel, Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
         "Tensor query_start_loc, Tensor seq_lens, Tensor(a!) out, Tensor(b!)? lse, "
         "SymInt max_query_len, float scale, str kv_layout, str[] param_names, "
         "float[] param_values, str[] array_names, Tensor[] arrays, Tensor(c!)? workspace, "
-        "Tensor? sinks=None, Tensor? k_scale=None, Tensor? v_scale=None) -> ()",
+        "Tensor? sinks=None, Tensor? k_scale=None, Tensor? v_scale=None, "
+        "Tensor? kv_shard_offsets=None, Tensor? global_seq_lens=None, int kv_shard_rank=0, "
+        "int kv_shard_count=1, int kv_shard_interleave=1) -> ()",
     "varlen_attention":
         "(str kernel, Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, Tensor(a!) out, "
         "Tensor(b!)? lse, SymInt max_seq_len, float scale, str[] param_names, "
@@ -52,7 +57,9 @@ SCHEMAS = {
         "Tensor query_start_loc, Tensor seq_lens, Tensor(a!) out, Tensor(b!)? lse, "
         "float scale, str kv_layout, str[] param_names, float[] param_values, "
         "str[] array_names, Tensor[] arrays, Tensor(c!)? workspace, Tensor? sinks=None, "
-        "Tensor? k_scale=None, Tensor? v_scale=None) -> ()",
+        "Tensor? k_scale=None, Tensor? v_scale=None, Tensor? kv_shard_offsets=None, "
+        "Tensor? global_seq_lens=None, int kv_shard_rank=0, int kv_shard_count=1, "
+        "int kv_shard_interleave=1) -> ()",
     # flexjit.flex_attention's launch on [B, H, S, D] tensors (the batch and head strides, the
     # query and key lengths are read from q, k, v, out as they are at the call); `kernel` is
     # a key of flexjit.flex.prepare_op, lse float32 [B, Sq, Hq], scale 0: 1/sqrt(D), sinks
@@ -61,6 +68,13 @@ SCHEMAS = {
         "(str kernel, Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, "
         "float scale, str[] param_names, float[] param_values, str[] array_names, "
         "Tensor[] arrays, Tensor? sinks=None) -> ()",
+    # Context.merge_states_n (since 0.9; CPU tensors only in 0.9, CUDA ones are the library's
+    # FlexjitError UNSUPPORTED): states_out [num_states, num_tokens, num_heads, head_dim],
+    # states_lse float32 [num_states, num_tokens, num_heads], out [num_tokens, num_heads,
+    # head_dim], lse float32 [num_tokens, num_heads], sinks float32 [num_heads].
+    "merge_states_n":
+        "(Tensor states_out, Tensor states_lse, Tensor(a!) out, Tensor(b!)? lse, "
+        "Tensor? sinks=None) -> ()",
 }
 
 _registry = {}
@@ -100,7 +114,7 @@ def lookup(key, kind=None):
     return target
 
 
-# --- the operators' implementations (CUDA; paged_attention also CPU) -----------------------------
+# --- the operators' implementations (CUDA; paged_attention and merge_states_n also CPU) -------
 
 def _named_params(program, names, values):
     """{name: value} for Program.param_values from the operator's two lists: int and bool
@@ -144,17 +158,43 @@ def _params_key(names, values):
     return ("op", tuple(names), tuple(map(_DOUBLES.pack, values)))
 
 
+class _Shard(NamedTuple):
+    """The operators' shard arguments as Kernel._checked_args reads a KvShard: it keys the
+    rank, count and interleave by value and the arrays by geometry, and writes the arrays'
+    pointers. A call that matches a kept one passes the checks the KvShard of that one's
+    template passed (_template builds it), so the calls in between build none."""
+
+    rank: int
+    count: int
+    interleave: int
+    offsets: object  # a tensor, or None
+    global_seq_lens: object
+
+
+def _shard(offsets, global_seq_lens, rank, count, interleave):
+    """_Shard of the operators' trailing arguments; None for their defaults (the call holds
+    every key, as kv_shard=None)."""
+    if offsets is None and global_seq_lens is None and rank == 0 and count == 1 and \
+            interleave == 1:
+        return None
+    return _Shard(rank, count, interleave, offsets, global_seq_lens)
+
+
 def _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
               lse, sinks, max_query_len, scale, kv_layout, param_names, param_values,
-              array_names, arrays, workspace, k_scale, v_scale):
-    """Kernel._template from the operator's lists (prepare()'s checks), with the workspace."""
+              array_names, arrays, workspace, k_scale, v_scale, shard):
+    """Kernel._template from the operator's lists and _Shard (prepare()'s checks, KvShard's),
+    with the workspace."""
     args, stream = kernel._template(
         key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
         max_query_len,
         (_named_params(kernel.program, param_names, param_values)
          if param_names or param_values else None),
         _named_arrays(array_names, arrays) if array_names or arrays else None, scale,
-        kv_layout, k_scale, v_scale)
+        kv_layout, k_scale, v_scale,
+        None if shard is None else KvShard(shard.rank, shard.count, shard.interleave,
+                                           offsets=shard.offsets,
+                                           global_seq_lens=shard.global_seq_lens))
     _use_workspace(args, workspace)
     return ctypes.byref(args), stream
 
@@ -174,22 +214,25 @@ def _with_workspace(data, workspace):
 def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                           out, lse, max_query_len, scale, kv_layout, param_names, param_values,
                           array_names, arrays, workspace, sinks=None, k_scale=None,
-                          v_scale=None):
+                          v_scale=None, kv_shard_offsets=None, global_seq_lens=None,
+                          kv_shard_rank=0, kv_shard_count=1, kv_shard_interleave=1):
     target = _registry.get(kernel)
     if not isinstance(target, Kernel):
         target = lookup(kernel, Kernel)  # raises
+    shard = _shard(kv_shard_offsets, global_seq_lens, kv_shard_rank, kv_shard_count,
+                   kv_shard_interleave)
     data = key = None
     if not array_names and not arrays:
         data, stream, key = target._checked_args(
             q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
             max_query_len, scale, kv_layout,
             _params_key(param_names, param_values) if param_names or param_values else (),
-            k_scale, v_scale)
+            k_scale, v_scale, shard)
     if data is None:
         data, stream = _template(target, key, q, k_cache, v_cache, block_table, query_start_loc,
                                  seq_lens, out, lse, sinks, max_query_len, scale, kv_layout,
                                  param_names, param_values, array_names, arrays, workspace,
-                                 k_scale, v_scale)
+                                 k_scale, v_scale, shard)
     elif workspace is not None:
         data = _with_workspace(data, workspace)
     status = target._paged_call(target._handle_arg, data, _stream_arg(stream) if stream else None)
@@ -211,11 +254,15 @@ def _varlen_attention_impl(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, s
 
 def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
                    scale, kv_layout, param_names, param_values, array_names, arrays, workspace,
-                   sinks=None, k_scale=None, v_scale=None):
+                   sinks=None, k_scale=None, v_scale=None, kv_shard_offsets=None,
+                   global_seq_lens=None, kv_shard_rank=0, kv_shard_count=1,
+                   kv_shard_interleave=1):
     target = _registry.get(plan)
     if not isinstance(target, Plan):
         target = lookup(plan, Plan)  # raises
     kernel = target.kernel
+    shard = _shard(kv_shard_offsets, global_seq_lens, kv_shard_rank, kv_shard_count,
+                   kv_shard_interleave)
     # max_query_len is not read by a planned run (the plan's update has the lengths); passing
     # 0 keeps prepare() from reading query_start_loc back, which capture forbids.
     data = key = None
@@ -224,11 +271,12 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
             q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks, 0,
             scale, kv_layout,
             _params_key(param_names, param_values) if param_names or param_values else (),
-            k_scale, v_scale)
+            k_scale, v_scale, shard)
     if data is None:
         data, stream = _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc,
                                  seq_lens, out, lse, sinks, 0, scale, kv_layout, param_names,
-                                 param_values, array_names, arrays, workspace, k_scale, v_scale)
+                                 param_values, array_names, arrays, workspace, k_scale, v_scale,
+                                 shard)
     elif workspace is not None:
         data = _with_workspace(data, workspace)
     target._run_data(data, stream)
@@ -248,6 +296,13 @@ def _flex_attention_impl(kernel, q, k, v, out, lse, scale, param_names, param_va
     with torch.cuda.device(q.device):
         target.run_values(q, k, v, out, params, captured, lse=lse, sinks=sinks,
                           scale=scale or None)
+
+
+def _merge_states_n_impl(states_out, states_lse, out, lse, sinks=None):
+    # On the tensors' device (the host for CPU tensors), through the module's context for
+    # context-level calls.
+    _flex._default_context().merge_states_n(states_out, states_lse, out=out, lse=lse,
+                                            sinks=sinks)
 
 
 # --- fake implementations: what torch.compile traces ------------------------------------------
@@ -292,12 +347,27 @@ def _fake_sinks(sinks, num_heads):
                      lambda: f"flexjit: sinks {tuple(sinks.shape)}, expected ({num_heads},)")
 
 
+def _fake_shard(q, seq_lens, offsets, global_seq_lens):
+    """What the fakes check of a shard's arrays (None, or int32 [num_reqs] on q's device)."""
+    for name, array in (("kv_shard_offsets", offsets), ("global_seq_lens", global_seq_lens)):
+        if array is not None:
+            torch._check(array.dim() == 1 and array.dtype == torch.int32 and
+                         array.device == q.device,
+                         lambda: f"flexjit: {name} is {array.dtype} {tuple(array.shape)} on "
+                         f"{array.device}, expected int32 [num_reqs] on {q.device}")
+            torch._check(array.shape[0] == seq_lens.shape[0],
+                         lambda: f"flexjit: {name} {tuple(array.shape)}, expected "
+                         f"({seq_lens.shape[0]},) (num_reqs)")
+
+
 def _paged_attention_fake(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                           out, lse, max_query_len, scale, kv_layout, param_names, param_values,
                           array_names, arrays, workspace, sinks=None, k_scale=None,
-                          v_scale=None):
+                          v_scale=None, kv_shard_offsets=None, global_seq_lens=None,
+                          kv_shard_rank=0, kv_shard_count=1, kv_shard_interleave=1):
     _fake_checks(q, out, lse, sinks)
     _fake_scales(k_scale, v_scale)
+    _fake_shard(q, seq_lens, kv_shard_offsets, global_seq_lens)
 
 
 def _varlen_attention_fake(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, scale,
@@ -308,9 +378,12 @@ def _varlen_attention_fake(kernel, q, k, v, cu_seqlens, out, lse, max_seq_len, s
 
 def _plan_run_fake(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
                    scale, kv_layout, param_names, param_values, array_names, arrays, workspace,
-                   sinks=None, k_scale=None, v_scale=None):
+                   sinks=None, k_scale=None, v_scale=None, kv_shard_offsets=None,
+                   global_seq_lens=None, kv_shard_rank=0, kv_shard_count=1,
+                   kv_shard_interleave=1):
     _fake_checks(q, out, lse, sinks)
     _fake_scales(k_scale, v_scale)
+    _fake_shard(q, seq_lens, kv_shard_offsets, global_seq_lens)
 
 
 def _flex_attention_fake(kernel, q, k, v, out, lse, scale, param_names, param_values,
@@ -334,13 +407,45 @@ def _flex_attention_fake(kernel, q, k, v, out, lse, scale, param_names, param_va
     _fake_sinks(sinks, q.shape[1])
 
 
+def _merge_states_n_fake(states_out, states_lse, out, lse, sinks=None):
+    torch._check(states_out.dim() == 4,
+                 lambda: f"flexjit: states_out has shape {tuple(states_out.shape)}, expected "
+                 f"[num_states, num_tokens, num_heads, head_dim]")
+    torch._check(states_lse.dim() == 3 and states_lse.dtype == torch.float32,
+                 lambda: f"flexjit: states_lse is {states_lse.dtype} "
+                 f"{tuple(states_lse.shape)}, expected float32 [num_states, num_tokens, "
+                 f"num_heads]")
+    for d in range(3):
+        torch._check(states_lse.shape[d] == states_out.shape[d],
+                     lambda: f"flexjit: states_lse {tuple(states_lse.shape)}, expected "
+                     f"{tuple(states_out.shape[:3])}")
+    torch._check(out.dim() == 3 and out.dtype == states_out.dtype,
+                 lambda: f"flexjit: out is {out.dtype} {tuple(out.shape)}, states_out "
+                 f"{states_out.dtype}")
+    for d in range(3):
+        torch._check(out.shape[d] == states_out.shape[d + 1],
+                     lambda: f"flexjit: out {tuple(out.shape)}, expected "
+                     f"{tuple(states_out.shape[1:])}")
+    if lse is not None:
+        torch._check(lse.dim() == 2 and lse.dtype == torch.float32,
+                     lambda: f"flexjit: lse is {lse.dtype} {tuple(lse.shape)}, expected float32 "
+                     f"[num_tokens, num_heads]")
+        for d in range(2):
+            torch._check(lse.shape[d] == states_out.shape[d + 1],
+                         lambda: f"flexjit: lse {tuple(lse.shape)}, expected "
+                         f"{tuple(states_out.shape[1:3])}")
+    _fake_sinks(sinks, states_out.shape[2])
+
+
 _IMPLS = {"paged_attention": (_paged_attention_impl, _paged_attention_fake),
           "flex_attention": (_flex_attention_impl, _flex_attention_fake),
           "varlen_attention": (_varlen_attention_impl, _varlen_attention_fake),
-          "plan_run": (_plan_run_impl, _plan_run_fake)}
+          "plan_run": (_plan_run_impl, _plan_run_fake),
+          "merge_states_n": (_merge_states_n_impl, _merge_states_n_fake)}
 # The operators whose implementation also runs on CPU tensors (a kernel created with arch
-# "cpu"); plans are CUDA only, and flex_attention on CPU tensors calls its kernel directly.
-_CPU_IMPLS = ("paged_attention",)
+# "cpu"; merge_states_n on the host); plans are CUDA only, and flex_attention on CPU tensors
+# calls its kernel directly.
+_CPU_IMPLS = ("paged_attention", "merge_states_n")
 
 
 def _define():
@@ -363,6 +468,7 @@ _paged_attention = torch.ops.flexjit.paged_attention.default
 _varlen_attention = torch.ops.flexjit.varlen_attention.default
 _plan_run = torch.ops.flexjit.plan_run.default
 _flex_attention = torch.ops.flexjit.flex_attention.default
+_merge_states_n = torch.ops.flexjit.merge_states_n.default
 # flexjit.flex_attention calls it: a constant while torch.compile traces (called once, then,
 # with the functions themselves; its result is the kernel's key and where the launch values
 # are), an ordinary call in eager mode.
@@ -383,6 +489,22 @@ def _scale_tensor(name, scale, like):
     return torch.full((1,), float(scale), dtype=torch.float32, device=like.device)
 
 
+def _shard_args(kv_shard):
+    """The operators' five trailing arguments of `kv_shard` (a KvShard whose arrays are torch
+    tensors, or None: their defaults, the call over every key)."""
+    if kv_shard is None:
+        return None, None, 0, 1, 1
+    if not isinstance(kv_shard, KvShard):
+        raise TypeError(f"kv_shard: expected a flexjit.KvShard, got {type(kv_shard).__name__}")
+    for name, array in (("offsets", kv_shard.offsets),
+                        ("global_seq_lens", kv_shard.global_seq_lens)):
+        if array is not None and not isinstance(array, torch.Tensor):
+            raise TypeError(f"kv_shard: the operators take {name} as a torch tensor (int32 "
+                            f"[num_reqs] on q's device), got {type(array).__name__}")
+    return (kv_shard.offsets, kv_shard.global_seq_lens, kv_shard.rank, kv_shard.count,
+            kv_shard.interleave)
+
+
 def _split(params, arrays):
     params = params or {}
     arrays = arrays or {}
@@ -394,19 +516,22 @@ def _split(params, arrays):
 
 def paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *,
                     max_query_len, out=None, lse=None, sinks=None, params=None, arrays=None,
-                    scale=0.0, kv_layout="NHD", workspace=None, k_scale=None, v_scale=None):
+                    scale=0.0, kv_layout="NHD", workspace=None, k_scale=None, v_scale=None,
+                    kv_shard=None):
     """torch.ops.flexjit.paged_attention with Kernel.__call__'s arguments; `kernel` is a key
     given to register(). `max_query_len` (the longest query, a host int) is required: reading
     it from query_start_loc would synchronise. `k_scale`, `v_scale`: an fp8 cache's scales,
-    tensors (or numbers, made tensors at each call). Returns `out` (a new tensor like q if
-    None)."""
+    tensors (or numbers, made tensors at each call). `kv_shard`: a flexjit.KvShard whose arrays
+    are torch tensors, when the call holds one shard of each request's keys (CPU kernels only
+    in 0.9; merge the shards' out and lse with merge_states_n). Returns `out` (a new tensor
+    like q if None)."""
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
     _paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
                      lse, max_query_len, float(scale), kv_layout, names, values, array_names,
                      tensors, workspace, sinks, _scale_tensor("k_scale", k_scale, q),
-                     _scale_tensor("v_scale", v_scale, q))
+                     _scale_tensor("v_scale", v_scale, q), *_shard_args(kv_shard))
     return out
 
 
@@ -424,17 +549,31 @@ def varlen_attention(kernel, q, k, v, cu_seqlens, *, max_seq_len, out=None, lse=
 
 def plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, *, out=None,
              lse=None, sinks=None, params=None, arrays=None, scale=0.0, kv_layout="NHD",
-             workspace=None, k_scale=None, v_scale=None):
+             workspace=None, k_scale=None, v_scale=None, kv_shard=None):
     """torch.ops.flexjit.plan_run: Plan.run over these tensors, the batch of the plan's last
     update (`plan` is a key given to register()). Capturable in a CUDA graph; update the plan
-    outside the capture (Plan.update). `k_scale`, `v_scale` as paged_attention's. Returns
-    `out`."""
+    outside the capture (Plan.update). `k_scale`, `v_scale`, `kv_shard` as paged_attention's
+    (plans are CUDA only, which refuses a shard in 0.9). Returns `out`."""
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
     _plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
               float(scale), kv_layout, names, values, array_names, tensors, workspace, sinks,
-              _scale_tensor("k_scale", k_scale, q), _scale_tensor("v_scale", v_scale, q))
+              _scale_tensor("k_scale", k_scale, q), _scale_tensor("v_scale", v_scale, q),
+              *_shard_args(kv_shard))
+    return out
+
+
+def merge_states_n(states_out, states_lse, *, out=None, lse=None, sinks=None):
+    """torch.ops.flexjit.merge_states_n: Context.merge_states_n of the shards' gathered states
+    (states_out [num_states, num_tokens, num_heads, head_dim], states_lse float32 [num_states,
+    num_tokens, num_heads]) into `out` (a new tensor if None) and `lse` (float32 [num_tokens,
+    num_heads], optional), with the sinks (float32 [num_heads]) counted once here. On the
+    tensors' device: CPU tensors only in 0.9 (CUDA ones are FlexjitError UNSUPPORTED).
+    Returns `out`."""
+    if out is None:
+        out = states_out.new_empty(states_out.shape[1:])
+    _merge_states_n(states_out, states_lse, out, lse, sinks)
     return out
 
 
