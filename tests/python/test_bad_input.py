@@ -27,8 +27,9 @@ class HostArray(CudaArray):
         base = ctypes.addressof(self.memory)
         super().__init__(shape, typestr, ptr=(base + 63) // 64 * 64)
         self.values = (ctype * count).from_address(self.ptr)
-        for i in range(count):
-            self.values[i] = fill
+        if fill:  # the buffer starts zeroed
+            for i in range(count):
+                self.values[i] = fill
 
 
 def cpu_batch(block_ids):

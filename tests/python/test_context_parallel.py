@@ -17,6 +17,7 @@ import struct
 import unittest
 
 from support import REPO, CudaArray, FakeTensor, library_available
+from test_bad_input import HostArray
 
 import flexjit
 from flexjit import KvShard, Status, shard_positions, shard_seq_lens
@@ -44,19 +45,15 @@ BF16_TOLERANCE = 2.0**-7
 LSE_TOLERANCE = 1e-4
 
 
-class Host(CudaArray):
-    """A stand-in array over zeroed host memory of its own (64-byte aligned): what a CPU kernel
-    reads through the module's array interface."""
+class Host(HostArray):
+    """test_bad_input's HostArray (zeroed host memory of its own, 64-byte aligned) with element
+    reads and writes: what a CPU kernel reads through the module's array interface."""
 
     ITEMSIZE = {"<f2": 2, "<f4": 4, "<i4": 4}
 
     def __init__(self, shape, typestr):
-        count = 1
-        for extent in shape:
-            count *= extent
-        self.count = count
-        self.memory = ctypes.create_string_buffer(count * self.ITEMSIZE[typestr] + 64)
-        super().__init__(shape, typestr, ptr=(ctypes.addressof(self.memory) + 63) // 64 * 64)
+        super().__init__(shape, typestr)
+        self.count = len(self.values)
 
     def part(self, index):
         """Row `index` of the first dimension, a view (as t[index])."""

@@ -1,17 +1,14 @@
 // Host helpers of the kernel checks (paged_check, ops_check, cpu_check, shard_check): 16-bit float
-// conversions (the runtime's, cpu/float16.h), NaN bits, and device and host buffers owned for the
-// duration of one check.
+// conversions (the runtime's, cpu/float16.h), NaN bits, and device buffers owned for the duration
+// of one check (host ones: host_buffer.h).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <new>
 #include <vector>
 
+#include "check/host_buffer.h"
 #include "cpu/float16.h"
 #include "flexjit/flexjit.h"
 #include "launch/cuda_driver.h"
@@ -88,34 +85,6 @@ Result<const T*> upload_optional(DeviceBuffer& buffer, const std::vector<T>& val
     return status.error();
   }
   return static_cast<const T*>(buffer.get());
-}
-
-// Host memory for one launch argument of the CPU backend, 64-byte aligned (the C API wants
-// 16).
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  HostBuffer(const void* data, size_t bytes) : HostBuffer(bytes, 0) {
-    if (bytes > 0) std::memcpy(memory_.get(), data, bytes);
-  }
-  HostBuffer(size_t bytes, unsigned char fill)
-      : memory_(static_cast<unsigned char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64))) {
-    if (!memory_) throw std::bad_alloc();
-    std::memset(memory_.get(), fill, bytes);
-  }
-  void* get() const { return memory_.get(); }
-
- private:
-  struct Free {
-    void operator()(unsigned char* p) const { std::free(p); }
-  };
-  std::unique_ptr<unsigned char, Free> memory_;
-};
-
-// A host buffer holding a copy of `values`.
-template <class T>
-HostBuffer copy_of(const std::vector<T>& values) {
-  return HostBuffer(values.data(), values.size() * sizeof(T));
 }
 
 }  // namespace flexjit

@@ -16,9 +16,8 @@
 
 namespace flexjit {
 
-Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* program,
-                                        const PagedCheckConfig& config, const PagedInputs& inputs) {
-  const HostPagedBatch& batch = inputs.batch;
+Result<KernelOwner> create_cpu_kernel(fj_context* context, const fj_program* program,
+                                      const PagedCheckConfig& config) {
   std::vector<fj_define> defines;
   fj_kernel_desc desc = kernel_desc(config, defines);
   const std::string arch(cpu::kArch);
@@ -27,7 +26,25 @@ Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* p
   if (fj_kernel_create(context, program, &desc, &kernel) != FJ_SUCCESS) {
     return Error{fj_context_last_error(context)};
   }
-  std::unique_ptr<fj_kernel, decltype(&fj_kernel_destroy)> kernel_owner(kernel, fj_kernel_destroy);
+  return KernelOwner(kernel, fj_kernel_destroy);
+}
+
+HostArrays host_arrays(const HostPagedBatch& batch) {
+  HostArrays host;
+  for (const HostArray& array : batch.arrays) {
+    host.buffers.push_back(copy_of(array.bits));
+    host.arrays.push_back({array.bits.empty() ? nullptr : host.buffers.back().get(), array.rows,
+                           array.cols, array.cols});
+  }
+  return host;
+}
+
+Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* program,
+                                        const PagedCheckConfig& config, const PagedInputs& inputs) {
+  const HostPagedBatch& batch = inputs.batch;
+  auto kernel_owner = create_cpu_kernel(context, program, config);
+  if (!kernel_owner) return kernel_owner.error();
+  fj_kernel* kernel = kernel_owner->get();
   CpuLaunchOutputs outputs;
   const char* name = nullptr;
   fj_kernel_name(kernel, &name);
@@ -39,16 +56,10 @@ Result<CpuLaunchOutputs> run_cpu_launch(fj_context* context, const fj_program* p
                    qsl = copy_of(batch.query_start_loc), seq_lens = copy_of(batch.seq_lens),
                    table = copy_of(batch.block_table);
   const HostBuffer out(rows * batch.head_dim * 2, 0xff), lse(rows * sizeof(float), 0xff);
-  std::vector<HostBuffer> array_buffers;
-  std::vector<fj_array> arrays;
-  for (const HostArray& array : batch.arrays) {
-    array_buffers.push_back(copy_of(array.bits));
-    arrays.push_back({array.bits.empty() ? nullptr : array_buffers.back().get(), array.rows,
-                      array.cols, array.cols});
-  }
+  const HostArrays arrays = host_arrays(batch);
   fj_paged_attention_args paged =
       paged_args(batch, inputs, q.get(), out.get(), k.get(), v.get(), lse.get(), qsl.get(),
-                 seq_lens.get(), table.get(), arrays);
+                 seq_lens.get(), table.get(), arrays.arrays);
   paged.bad_index = config.check_bounds ? outputs.bad_index : nullptr;
   paged.sinks = batch.sinks.empty() ? nullptr : batch.sinks.data();
   paged.k_scale = inputs.k_scale.empty() ? nullptr : inputs.k_scale.data();

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "check/host_buffer.h"
 #include "check/paged_inputs.h"
 #include "flexjit/compiler/result.h"
 #include "flexjit/flexjit.h"
@@ -21,6 +23,18 @@ struct CpuLaunchOutputs {
   int32_t bad_index[4] = {0, 0, 0, 0};
   double ms = 0;  // mean time per launch with config.timing_iterations > 0
 };
+
+// The CPU kernel (arch "cpu") of `config`, destroyed with its owner.
+using KernelOwner = std::unique_ptr<fj_kernel, decltype(&fj_kernel_destroy)>;
+Result<KernelOwner> create_cpu_kernel(fj_context* context, const fj_program* program,
+                                      const PagedCheckConfig& config);
+
+// The batch's array parameters copied to host buffers, and their descriptors (by slot).
+struct HostArrays {
+  std::vector<HostBuffer> buffers;
+  std::vector<fj_array> arrays;
+};
+HostArrays host_arrays(const HostPagedBatch& batch);
 
 // Runs the CPU kernel of `config` (its arch ignored) over `inputs` (make_paged_inputs of the
 // same config, arrays given), outputs poisoned beforehand.

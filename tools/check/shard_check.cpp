@@ -135,26 +135,15 @@ Result<ShardCheckReport> run_cpu_shard_check(fj_context* context, const fj_progr
   auto unsharded = run_cpu_launch(context, program, config, inputs);
   if (!unsharded) return unsharded.error();
 
-  std::vector<fj_define> defines;
-  fj_kernel_desc desc = kernel_desc(config, defines);
-  desc.arch = "cpu";
-  fj_kernel* kernel = nullptr;
-  if (fj_kernel_create(context, program, &desc, &kernel) != FJ_SUCCESS) {
-    return Error{fj_context_last_error(context)};
-  }
-  std::unique_ptr<fj_kernel, decltype(&fj_kernel_destroy)> kernel_owner(kernel, fj_kernel_destroy);
+  auto kernel_owner = create_cpu_kernel(context, program, config);
+  if (!kernel_owner) return kernel_owner.error();
+  fj_kernel* kernel = kernel_owner->get();
 
   const int64_t rows = int64_t{batch.num_tokens()} * batch.num_heads;
   const int64_t row_elements = rows * batch.head_dim;
   const HostBuffer q = copy_of(inputs.q_bits), qsl = copy_of(batch.query_start_loc),
                    global_seq_lens = copy_of(batch.seq_lens);
-  std::vector<HostBuffer> array_buffers;
-  std::vector<fj_array> arrays;
-  for (const HostArray& array : batch.arrays) {
-    array_buffers.push_back(copy_of(array.bits));
-    arrays.push_back({array.bits.empty() ? nullptr : array_buffers.back().get(), array.rows,
-                      array.cols, array.cols});
-  }
+  const HostArrays arrays = host_arrays(batch);
   // The states, stacked as an all-gather leaves them: [shard][token][head][d],
   // [shard][token][head].
   const HostBuffer states(std::max<int64_t>(shards.count * row_elements, 1) * 2, 0xff);
@@ -168,7 +157,7 @@ Result<ShardCheckReport> run_cpu_shard_check(fj_context* context, const fj_progr
     fj_paged_attention_args args =
         paged_args(batch, inputs, q.get(), static_cast<uint16_t*>(states.get()) + s * row_elements,
                    k.get(), v.get(), static_cast<float*>(states_lse.get()) + s * rows, qsl.get(),
-                   seq_lens.get(), table.get(), arrays);
+                   seq_lens.get(), table.get(), arrays.arrays);
     args.v_cache = v.get();  // the shard's caches are separate whatever the check's layout
     args.k_stride_block = args.v_stride_block = cache.stride_block;
     args.k_stride_slot = args.v_stride_slot = cache.stride_slot;
