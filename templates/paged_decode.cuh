@@ -35,7 +35,7 @@ template <int kHeadDim, int kPageSize, bool kKvFp8,
 struct DecodeTileLoader {
   static constexpr int kUnit = kKvFp8 ? 2 : 1;  // cache elements per 16-bit unit
   using Layout = Swizzled128Rows<kDecodeBlockN>;
-  using StageLayout = typename Select<kKvFp8, DenseRows<kHeadDim / 16>, Layout>::Type;
+  using StageLayout = typename Select<kKvFp8, DenseRows<kHeadDim / 16, true>, Layout>::Type;
   using Copy = KvTileCopy<kHeadDim / kUnit, kDecodeBlockN, kDecodeThreads, kPageSize, StageLayout>;
   Copy k_copy;
   Copy v_copy;
@@ -164,6 +164,14 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   // Q's copies are the oldest cp.async group, so the wait for the first K/V tile covers them:
   // their latency overlaps the listing and the first tiles' copies.
   const unsigned short* q_warp = q_tile + (lane % 16) * kRow + (lane / 16) * 8;
+  // An fp8 cache at head dims 64 and 128: K's fragments come from the e4m3 stage in registers
+  // (no 16-bit K tile), and Q's, in the matching order, stay in registers from the item's first
+  // tile (32 at head dim 128; at 256 they would not fit).
+  constexpr bool kKInRegisters = kKvFp8 && decode_swizzled_tiles(kHeadDim) && kHeadDim <= 128;
+  constexpr int kLaneBytes = kHeadDim / 4;  // of a K row, per quad lane
+  const unsigned short* const q_lane = q_tile + quad_row * kRow + quad_col * kLaneBytes;
+  u32 q_frag[kKInRegisters ? kKSteps : 1][4];
+  bool q_ready = false;
 
   float o[kNTilesO][4];
   for (int j = 0; j < kNTilesO; ++j)
@@ -236,12 +244,25 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       const TileClass tile_class = static_cast<TileClass>(entry & 3);
       const unsigned short* k_tile = stages + (kKvFp8 ? 0 : (i % kStages) * 2 * kTileElems);
       const unsigned short* v_tile = k_tile + kTileElems;
+      const u32 k_stage = smem_address(copy_stages + (i % kStages) * 2 * kStageTileElems);
+      if constexpr (kKInRegisters) {
+        if (!q_ready) {  // Q has landed with the item's first tile
+          for (int ks = 0; ks < kKSteps; ++ks) {
+            const uint2 top = *reinterpret_cast<const uint2*>(q_lane + 4 * ks);
+            const uint2 bottom = *reinterpret_cast<const uint2*>(q_lane + 8 * kRow + 4 * ks);
+            q_frag[ks][0] = top.x;
+            q_frag[ks][1] = bottom.x;
+            q_frag[ks][2] = top.y;
+            q_frag[ks][3] = bottom.y;
+          }
+          q_ready = true;
+        }
+      }
       if constexpr (kKvFp8) {
         // The warp's 16 keys of K and V into the 16-bit tiles: only this warp reads them, and
         // it has finished the previous tile's.
         using StageLayout = typename Loader::StageLayout;
         constexpr int kChunks = kHeadDim / 16;  // 16-byte chunks of an e4m3 row
-        const u32 k_stage = smem_address(copy_stages + (i % kStages) * 2 * kStageTileElems);
         const u32 v_stage = k_stage + kStageTileElems * 2;
         constexpr u32 kItems = 16 * kChunks;
         const u32 k_to = smem_address(k_tile);
@@ -256,7 +277,9 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
           const u32 from = StageLayout::unsigned_bytes(row, chunk);
           const u32 low = Layout::unsigned_bytes(row, 2 * chunk);
           const u32 high = Layout::unsigned_bytes(row, 2 * chunk + 1);
-          convert_e4m3_chunk<kBF16>(k_stage + from, k_to + low, k_to + high);
+          if constexpr (!kKInRegisters) {
+            convert_e4m3_chunk<kBF16>(k_stage + from, k_to + low, k_to + high);
+          }
           convert_e4m3_chunk<kBF16>(v_stage + from, v_to + low, v_to + high);
         }
         __syncwarp();
@@ -266,13 +289,41 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
 
       // S = Q K^T for the 16 rows and this warp's 16 keys.
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      for (int ks = 0; ks < kKSteps; ++ks) {
-        u32 a[4];
-        ldmatrix_x4(a, q_warp + ks * 16);
-        u32 b[4];
-        ldmatrix_x4(b, Layout::pair_address(k_lane, ks));
-        mma_16816<kBF16>(s[0], a, b[0], b[1]);
-        mma_16816<kBF16>(s[1], a, b[2], b[3]);
+      if constexpr (kKInRegisters) {
+        // K's B fragments straight from the e4m3 stage: lane (quad_row, quad_col) reads bytes
+        // [quad_col * kLaneBytes, + kLaneBytes) of keys warp * 16 + 8 j + quad_row; word ks of
+        // them converts into k-step ks's b0 (bytes 0, 1) and b1 (bytes 2, 3). The sum over k
+        // does not care which dims a k-step takes, as long as Q's A fragment takes the same:
+        // q_frag holds dims (d, d + 1) and (d + 2, d + 3), d = quad_col * kLaneBytes + 4 ks.
+        using StageLayout = typename Loader::StageLayout;
+        for (int h = 0; h < kLaneBytes / 16; ++h) {
+          u32 words[2][4];
+          for (int j = 0; j < 2; ++j) {
+            const u32 row = static_cast<u32>(warp * 16 + 8 * j + quad_row);
+            const u32 chunk = static_cast<u32>(quad_col * (kLaneBytes / 16) + h);
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(words[j][0]), "=r"(words[j][1]), "=r"(words[j][2]),
+                           "=r"(words[j][3])
+                         : "r"(k_stage + StageLayout::unsigned_bytes(row, chunk)));
+          }
+          for (int t = 0; t < 4; ++t) {
+            for (int j = 0; j < 2; ++j) {
+              u32 b0;
+              u32 b1;
+              e4m3x4_to_16x2<kBF16>(words[j][t], b0, b1);
+              mma_16816<kBF16>(s[j], q_frag[4 * h + t], b0, b1);
+            }
+          }
+        }
+      } else {
+        for (int ks = 0; ks < kKSteps; ++ks) {
+          u32 a[4];
+          ldmatrix_x4(a, q_warp + ks * 16);
+          u32 b[4];
+          ldmatrix_x4(b, Layout::pair_address(k_lane, ks));
+          mma_16816<kBF16>(s[0], a, b[0], b[1]);
+          mma_16816<kBF16>(s[1], a, b[2], b[3]);
+        }
       }
 
       const bool check_elements = tile_class == TileClass::Partial || k0 + kDecodeBlockN > kv_end;

@@ -417,16 +417,18 @@ struct Swizzled128Rows {
 // Rows of kChunks 16-byte chunks, unpadded and unswizzled: the e4m3 rows (head_dim bytes) of
 // an fp8 cache's stages, which the copies write and the conversion reads a row per lanes in
 // step (convert_e4m3_chunk), so that neither meets a bank conflict.
-template <int kChunks>
+// kAlternate: odd rows hold their chunks in pairs swapped (chunk ^ 1), so that lanes reading
+// the same chunks of two neighbouring rows (the decode kernel's K fragments) meet no conflict.
+template <int kChunks, bool kAlternate = false>
 struct DenseRows {
+  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
+    return (row * static_cast<u32>(kChunks) + (kAlternate ? chunk ^ (row & 1u) : chunk)) * 16u;
+  }
   static __device__ __forceinline__ u32 bytes(int row, int chunk) {
-    return static_cast<u32>((row * kChunks + chunk) * 16);
+    return unsigned_bytes(static_cast<u32>(row), static_cast<u32>(chunk));
   }
   static __device__ __forceinline__ int offset(int row, int chunk) {
-    return (row * kChunks + chunk) * 8;
-  }
-  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
-    return (row * static_cast<u32>(kChunks) + chunk) * 16u;
+    return static_cast<int>(bytes(row, chunk) / 2);
   }
 };
 
