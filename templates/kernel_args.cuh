@@ -134,6 +134,54 @@ struct DecodeWorkItem {
   i32 reserved;
 };
 
+// Context parallelism (since 0.9; fj_paged_attention_args.kv_shard_*, docs/context_parallel.md):
+// a call that holds one shard of each request's keys. Key j of request r's shard has position
+// offsets[r] + (j / interleave) * count * interleave + rank * interleave + j % interleave in the
+// whole request, whose global_seq_lens[r] keys place its queries. The CPU backend reads it; the
+// CUDA kernels (since 0.10) through ShardedVariant (sharded_variant.cuh).
+struct KvShard {
+  const i32* offsets;          // [num_reqs] each request's first position, or null: 0
+  const i32* global_seq_lens;  // [num_reqs] keys of each request over all shards
+  i32 rank;                    // 0 <= rank < count
+  i32 count;                   // >= 1
+  i32 interleave;              // >= 1: keys a shard holds in a row before the next shard's
+};
+
+// One request's shard: positions of its keys, and keys below a position (both monotonic, so a run
+// of keys maps to the hull of its positions and a position range back to a run of keys).
+struct ShardPositions {
+  i64 offset;
+  i32 rank, count, interleave;
+
+  // The unsharded request: key j at position j.
+  static FJ_HD ShardPositions whole() { return ShardPositions{0, 0, 1, 1}; }
+
+  FJ_HD i64 position(i32 key) const {
+    return offset + static_cast<i64>(key / interleave) * count * interleave +
+           static_cast<i64>(rank) * interleave + key % interleave;
+  }
+  // The shard's keys whose position is below `position`.
+  FJ_HD i64 keys_below(i64 position) const {
+    const i64 relative = position - offset;
+    if (relative <= 0) return 0;
+    const i64 period = static_cast<i64>(count) * interleave;
+    const i64 in_period = relative % period - static_cast<i64>(rank) * interleave;
+    return relative / period * interleave + (in_period < 0            ? 0
+                                             : in_period > interleave ? interleave
+                                                                      : in_period);
+  }
+  // The end of key `key`'s run: keys from `key` to it (exclusive) have consecutive positions.
+  FJ_HD i64 run_end(i32 key) const {
+    return count == 1 ? static_cast<i64>(0x7fffffff)
+                      : (static_cast<i64>(key) / interleave + 1) * interleave;
+  }
+};
+
+FJ_HD ShardPositions shard_positions(const KvShard& shard, i32 request) {
+  return ShardPositions{shard.offsets != nullptr ? shard.offsets[request] : 0, shard.rank,
+                        shard.count, shard.interleave};
+}
+
 // Contiguous (page size 0) calls keep the fields only they read (fj_varlen_attention's key starts
 // and batch strides, since 0.6) where paged calls keep theirs (the unions, *_stride_block), so
 // that the struct's layout, and with it the paged kernels, stay as they were.
@@ -186,58 +234,14 @@ struct PagedPrefillArgs {
   const float* k_scale;
   const float* v_scale;
   i32 kv_scale_stride;
+
+  // A sharded call's layout (context parallelism), read only by kernels of a ShardedVariant
+  // (sharded_variant.cuh); zero otherwise.
+  KvShard shard;
 };
 
 static_assert(sizeof(const i32*) == sizeof(i64),
               "the unions of PagedPrefillArgs pair 8-byte fields");
-
-// Context parallelism (since 0.9; fj_paged_attention_args.kv_shard_*, docs/context_parallel.md):
-// a call that holds one shard of each request's keys. Key j of request r's shard has position
-// offsets[r] + (j / interleave) * count * interleave + rank * interleave + j % interleave in the
-// whole request, whose global_seq_lens[r] keys place its queries. The CPU backend reads it (CUDA
-// kernels refuse sharded calls in 0.9).
-struct KvShard {
-  const i32* offsets;          // [num_reqs] each request's first position, or null: 0
-  const i32* global_seq_lens;  // [num_reqs] keys of each request over all shards
-  i32 rank;                    // 0 <= rank < count
-  i32 count;                   // >= 1
-  i32 interleave;              // >= 1: keys a shard holds in a row before the next shard's
-};
-
-// One request's shard: positions of its keys, and keys below a position (both monotonic, so a run
-// of keys maps to the hull of its positions and a position range back to a run of keys).
-struct ShardPositions {
-  i64 offset;
-  i32 rank, count, interleave;
-
-  // The unsharded request: key j at position j.
-  static FJ_HD ShardPositions whole() { return ShardPositions{0, 0, 1, 1}; }
-
-  FJ_HD i64 position(i32 key) const {
-    return offset + static_cast<i64>(key / interleave) * count * interleave +
-           static_cast<i64>(rank) * interleave + key % interleave;
-  }
-  // The shard's keys whose position is below `position`.
-  FJ_HD i64 keys_below(i64 position) const {
-    const i64 relative = position - offset;
-    if (relative <= 0) return 0;
-    const i64 period = static_cast<i64>(count) * interleave;
-    const i64 in_period = relative % period - static_cast<i64>(rank) * interleave;
-    return relative / period * interleave + (in_period < 0            ? 0
-                                             : in_period > interleave ? interleave
-                                                                      : in_period);
-  }
-  // The end of key `key`'s run: keys from `key` to it (exclusive) have consecutive positions.
-  FJ_HD i64 run_end(i32 key) const {
-    return count == 1 ? static_cast<i64>(0x7fffffff)
-                      : (static_cast<i64>(key) / interleave + 1) * interleave;
-  }
-};
-
-FJ_HD ShardPositions shard_positions(const KvShard& shard, i32 request) {
-  return ShardPositions{shard.offsets != nullptr ? shard.offsets[request] : 0, shard.rank,
-                        shard.count, shard.interleave};
-}
 
 // How a row of attention ends: its output is the accumulator times `scale`, its LSE `lse`.
 struct RowFinish {
@@ -396,5 +400,23 @@ struct MergeStatesArgs {
 };
 
 constexpr int kMergeStatesThreads = 256;
+
+// fj_merge_states_n on CUDA (since 0.10): num_states states stacked at *_stride_state, merged in
+// state order by merge_rows (merge_states.cuh), kDecodeRows rows (token, head) per CTA of
+// kDecodeThreads threads, as the split-KV decode kernel merges its splits.
+struct MergeStatesNArgs {
+  const void* states_out;   // state s, row (token, head) at out_stride_*
+  const float* states_lse;  // at lse_stride_*, natural log
+  void* out;                // [num_tokens, num_heads, head_dim] at merged_stride_*
+  float* lse;               // optional, at merged_lse_stride_token
+  i64 out_stride_state, out_stride_token, out_stride_head;
+  i64 lse_stride_state, lse_stride_token;
+  i64 merged_stride_token, merged_stride_head;
+  i64 merged_lse_stride_token;
+  i32 num_states;
+  i32 num_tokens;
+  i32 num_heads;
+  const float* sinks;  // or null: [num_heads] logits joining each merged row once
+};
 
 }  // namespace fj

@@ -65,4 +65,148 @@ __device__ __forceinline__ void merge_states(const MergeStatesArgs& args) {
   }
 }
 
+// The merge of num_states partial states of up to kDecodeRows rows, in state order, by one CTA
+// of kDecodeThreads threads: the split-KV decode kernel's merge of its splits (paged_decode.cuh)
+// and fj_merge_states_n's on CUDA (merge_states_n below). The same sums in the same order
+// whatever the timing, so the result is deterministic.
+//
+// kMergeChunk states at a time: the kParts lanes of each row read its states' LSEs (the first
+// chunk's once: they keep them in `scratch`), agree on their max, and put the states' weights
+// exp(lse - max) in `scratch`. Then each thread sums 16-byte pieces of the rows over the chunk,
+// kMergeUnroll states' loads in flight: a merge of tens of states takes a few round trips, not
+// one per state. A state of weight 0 (no visible key: lse -inf) is never read, so garbage, even
+// NaN, in an empty state cannot leak. The sum of the exponentials is total * exp(max); the row's
+// sink joins it once (finish_row), and a row that no state sees gets out 0 and lse -inf (or the
+// sink).
+//
+// States: lse(s, row); piece(s, row, i), 4 floats from column 4 i of state s's row;
+// sink(row); out_row(row), the 16-bit output row; lse_slot(row), where the merged LSE goes, or
+// null. `scratch` holds merge_rows_scratch_floats() floats.
+constexpr int kMergeChunk = 64;
+FJ_HD constexpr int merge_rows_scratch_floats() {
+  return kDecodeRows * (kMergeChunk + 1);
+}
+template <int kHeadDim, bool kBF16, class States>
+__device__ __forceinline__ void merge_rows(const States& states, int num_states, int valid_rows,
+                                           float* scratch) {
+  constexpr int kParts = kDecodeThreads / kDecodeRows;
+  static_assert(kParts <= 32 && 32 % kParts == 0, "a row's lanes are lanes of one warp");
+  constexpr int kPieces = kHeadDim / 4;  // float4 pieces of a row
+  constexpr int kOwnPieces = (kDecodeRows * kPieces + kDecodeThreads - 1) / kDecodeThreads;
+  // States' loads in flight per piece: 16 where a thread has at most 4 pieces (head dim <= 128),
+  // fewer where more would not fit the registers.
+  constexpr int kMergeUnroll = kOwnPieces <= 4 ? 16 : 8;
+  const float neg_inf = negative_infinity();
+  float* const weights = scratch;                             // [row][kMergeChunk]
+  float* const merged = weights + kDecodeRows * kMergeChunk;  // [row]: 1 / total, or 0
+  const int lse_row = threadIdx.x / kParts;
+  const int part = threadIdx.x % kParts;
+  const bool lse_row_valid = lse_row < valid_rows;
+  float merged_max = neg_inf;
+  if (lse_row_valid) {
+    for (int s = part; s < num_states; s += kParts) {
+      const float lse = states.lse(s, lse_row);
+      if (s < kMergeChunk) weights[lse_row * kMergeChunk + s] = lse;  // read back by this lane
+      merged_max = fmaxf(merged_max, lse);
+    }
+  }
+  for (int lanes = 1; lanes < kParts; lanes *= 2)
+    merged_max = fmaxf(merged_max, __shfl_xor_sync(0xffffffffu, merged_max, lanes));
+  float merged_total = 0.0f;
+  float4 sum[kOwnPieces];
+  for (int p = 0; p < kOwnPieces; ++p)
+    sum[p] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int c0 = 0; c0 < num_states; c0 += kMergeChunk) {
+    const int c1 = min(c0 + kMergeChunk, num_states);
+    if (lse_row_valid) {
+      for (int s = c0 + part; s < c1; s += kParts) {
+        const float lse =
+            s < kMergeChunk ? weights[lse_row * kMergeChunk + s] : states.lse(s, lse_row);
+        const float w = merged_max == neg_inf ? 0.0f : exp2f((lse - merged_max) * kLog2e);
+        weights[lse_row * kMergeChunk + s - c0] = w;
+        merged_total += w;
+      }
+    }
+    __syncthreads();  // the chunk's weights are visible to every thread
+#pragma unroll
+    for (int p = 0; p < kOwnPieces; ++p) {
+      const int piece = static_cast<int>(threadIdx.x) + p * kDecodeThreads;
+      const int row = piece / kPieces;
+      if (row >= valid_rows) continue;
+#pragma unroll(kMergeUnroll)
+      for (int s = c0; s < c1; ++s) {
+        const float w = weights[row * kMergeChunk + s - c0];
+        if (w > 0.0f) {
+          const float4 x = states.piece(s, row, piece % kPieces);
+          sum[p].x += w * x.x;
+          sum[p].y += w * x.y;
+          sum[p].z += w * x.z;
+          sum[p].w += w * x.w;
+        }
+      }
+    }
+    __syncthreads();  // every thread is done with the weights before the next chunk's
+  }
+  for (int lanes = 1; lanes < kParts; lanes *= 2)
+    merged_total += __shfl_xor_sync(0xffffffffu, merged_total, lanes);
+  const RowFinish finished =
+      finish_row(merged_max, merged_total, lse_row_valid ? states.sink(lse_row) : neg_inf);
+  if (part == 0) merged[lse_row] = finished.scale;
+  if (part == 0 && lse_row_valid) {
+    if (float* const slot = states.lse_slot(lse_row)) *slot = finished.lse;
+  }
+  __syncthreads();
+  for (int p = 0; p < kOwnPieces; ++p) {
+    const int piece = static_cast<int>(threadIdx.x) + p * kDecodeThreads;
+    const int row = piece / kPieces;
+    if (row >= valid_rows) continue;
+    const float inv = merged[row];
+    u32* const dst = reinterpret_cast<u32*>(states.out_row(row)) + (piece % kPieces) * 2;
+    dst[0] = pack_2x16<kBF16>(sum[p].x * inv, sum[p].y * inv);
+    dst[1] = pack_2x16<kBF16>(sum[p].z * inv, sum[p].w * inv);
+  }
+}
+
+// fj_merge_states_n's states: row r of a CTA is row first_row + r of the call, token
+// (first_row + r) / num_heads, head (first_row + r) % num_heads.
+template <bool kBF16>
+struct StackedStates {
+  const MergeStatesNArgs& args;
+  i64 first_row;
+
+  __device__ __forceinline__ i64 token(int row) const { return (first_row + row) / args.num_heads; }
+  __device__ __forceinline__ i64 head(int row) const { return (first_row + row) % args.num_heads; }
+  __device__ __forceinline__ float lse(int s, int row) const {
+    return args
+        .states_lse[s * args.lse_stride_state + token(row) * args.lse_stride_token + head(row)];
+  }
+  __device__ __forceinline__ float4 piece(int s, int row, int i) const {
+    const uint2 bits = *reinterpret_cast<const uint2*>(
+        static_cast<const unsigned short*>(args.states_out) + s * args.out_stride_state +
+        token(row) * args.out_stride_token + head(row) * args.out_stride_head + 4 * i);
+    return make_float4(to_float<kBF16>(bits.x & 0xffffu), to_float<kBF16>(bits.x >> 16),
+                       to_float<kBF16>(bits.y & 0xffffu), to_float<kBF16>(bits.y >> 16));
+  }
+  __device__ __forceinline__ float sink(int row) const { return sink_of(args.sinks, head(row)); }
+  __device__ __forceinline__ unsigned short* out_row(int row) const {
+    return static_cast<unsigned short*>(args.out) + token(row) * args.merged_stride_token +
+           head(row) * args.merged_stride_head;
+  }
+  __device__ __forceinline__ float* lse_slot(int row) const {
+    return args.lse == nullptr ? nullptr
+                               : args.lse + token(row) * args.merged_lse_stride_token + head(row);
+  }
+};
+
+template <int kHeadDim, bool kBF16>
+__device__ __forceinline__ void merge_states_n(const MergeStatesNArgs& args) {
+  __shared__ float scratch[merge_rows_scratch_floats()];
+  const i64 rows = static_cast<i64>(args.num_tokens) * args.num_heads;
+  const i64 first_row = static_cast<i64>(blockIdx.x) * kDecodeRows;
+  if (first_row >= rows) return;
+  const int valid_rows = static_cast<int>(min(static_cast<i64>(kDecodeRows), rows - first_row));
+  merge_rows<kHeadDim, kBF16>(StackedStates<kBF16>{args, first_row}, args.num_states, valid_rows,
+                              scratch);
+}
+
 }  // namespace fj

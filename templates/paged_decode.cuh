@@ -18,6 +18,7 @@
 #include "fj_device.cuh"
 #include "fj_ops.cuh"
 #include "kernel_args.cuh"
+#include "merge_states.cuh"
 #include "paged_prefill.cuh"
 
 namespace fj {
@@ -86,6 +87,42 @@ struct DecodeTileLoader<kHeadDim, kPageSize, kKvFp8, false> {
   }
 };
 
+// The split partials of one decode item, as merge_rows reads them. Slot offsets fit in 32 bits:
+// a plan has decode_wave slots (plan_capacity: SMs times CTAs per SM, a few thousand at most) of
+// kDecodeRows * kHeadDim floats.
+template <int kHeadDim>
+struct DecodeSplits {
+  const PagedDecodeArgs& decode;
+  int partial;  // the item's first slot
+  const PackedRows& block;
+  int row0;
+
+  __device__ __forceinline__ float lse(int s, int row) const {
+    return __ldcg(decode.partial_lse + (partial + s) * kDecodeRows + row);
+  }
+  __device__ __forceinline__ float4 piece(int s, int row, int i) const {
+    return __ldcg(reinterpret_cast<const float4*>(decode.partial_out +
+                                                  (partial * kDecodeRows + row) * kHeadDim) +
+                  i + s * (kDecodeRows * kHeadDim / 4));
+  }
+  __device__ __forceinline__ float sink(int row) const {
+    return sink_of(decode.attention.sinks, block.head(row0 + row));
+  }
+  __device__ __forceinline__ unsigned short* out_row(int row) const {
+    const int packed = row0 + row;
+    return static_cast<unsigned short*>(decode.attention.out) +
+           block.token(packed) * decode.attention.out_stride_token +
+           static_cast<i64>(block.head(packed)) * decode.attention.out_stride_head;
+  }
+  __device__ __forceinline__ float* lse_slot(int row) const {
+    const int packed = row0 + row;
+    return decode.attention.lse == nullptr
+               ? nullptr
+               : decode.attention.lse + block.token(packed) * decode.attention.lse_stride_token +
+                     block.head(packed);
+  }
+};
+
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kKvFp8>
 __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem& item,
                             unsigned char* smem) {
@@ -112,7 +149,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   unsigned short* const stages = q_tile + kDecodeRows * kRow;
   unsigned short* const copy_stages = kKvFp8 ? stages + 2 * kTileElems : stages;
 
-  const Variant variant{};
+  const Variant variant = variant_for<Variant>(args);
   const int request = item.request;
   const int kv_head = item.kv_head;
   const float scale = score_scale<kKvFp8>(args, kv_head);
@@ -478,95 +515,11 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   if (!is_last) return;
   __threadfence();  // order the reads of the other splits' partials after the counter
 
-  // Merge in split order: the same sums in the same order whichever split finishes last.
-  // kMergeChunk splits at a time: the kParts lanes of each row read its splits' LSEs (the first
-  // chunk's once: they keep them in shared memory), agree on their max, and put the splits'
-  // weights in shared memory (the stages are free: every thread is past the combine). Then each
-  // thread sums 16-byte pieces of the rows over the chunk, kMergeUnroll splits' loads in
-  // flight: a merge of tens of splits takes a few round trips, not one per split. Slot offsets
-  // fit in 32 bits: a plan has decode_wave slots (plan_capacity: SMs times CTAs per SM, a few
-  // thousand at most) of kDecodeRows * kHeadDim floats.
-  constexpr int kParts = kDecodeThreads / kDecodeRows;
-  static_assert(kParts <= 32 && 32 % kParts == 0, "a row's lanes are lanes of one warp");
-  constexpr int kMergeChunk = 64;
-  constexpr int kPieces = kHeadDim / 4;  // float4 pieces of a row
-  constexpr int kOwnPieces = (kDecodeRows * kPieces + kDecodeThreads - 1) / kDecodeThreads;
-  // Splits' loads in flight per piece: 16 where a thread has at most 4 pieces (head dim <= 128),
-  // fewer where more would not fit the registers.
-  constexpr int kMergeUnroll = kOwnPieces <= 4 ? 16 : 8;
-  float* const weights = reinterpret_cast<float*>(stages);    // [row][kMergeChunk]
-  float* const merged = weights + kDecodeRows * kMergeChunk;  // [row]: 1 / total, or 0
-  const int lse_row = threadIdx.x / kParts;
-  const int part = threadIdx.x % kParts;
-  const bool lse_row_valid = lse_row < valid_rows;
-  float merged_max = neg_inf;
-  if (lse_row_valid) {
-    for (int s = part; s < item.num_splits; s += kParts) {
-      const float lse = __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + lse_row);
-      if (s < kMergeChunk) weights[lse_row * kMergeChunk + s] = lse;  // read back by this lane
-      merged_max = fmaxf(merged_max, lse);
-    }
-  }
-  for (int lanes = 1; lanes < kParts; lanes *= 2)
-    merged_max = fmaxf(merged_max, __shfl_xor_sync(0xffffffffu, merged_max, lanes));
-  float merged_total = 0.0f;
-  float4 sum[kOwnPieces];
-  for (int p = 0; p < kOwnPieces; ++p)
-    sum[p] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int c0 = 0; c0 < item.num_splits; c0 += kMergeChunk) {
-    const int c1 = min(c0 + kMergeChunk, item.num_splits);
-    if (lse_row_valid) {
-      for (int s = c0 + part; s < c1; s += kParts) {
-        const float lse =
-            s < kMergeChunk
-                ? weights[lse_row * kMergeChunk + s]
-                : __ldcg(decode.partial_lse + (item.partial + s) * kDecodeRows + lse_row);
-        const float w = merged_max == neg_inf ? 0.0f : exp2f((lse - merged_max) * kLog2e);
-        weights[lse_row * kMergeChunk + s - c0] = w;
-        merged_total += w;
-      }
-    }
-    __syncthreads();  // the chunk's weights are visible to every thread
-#pragma unroll
-    for (int p = 0; p < kOwnPieces; ++p) {
-      const int piece = static_cast<int>(threadIdx.x) + p * kDecodeThreads;
-      const int row = piece / kPieces;
-      if (row >= valid_rows) continue;
-      const float4* src = reinterpret_cast<const float4*>(
-                              decode.partial_out + (item.partial * kDecodeRows + row) * kHeadDim) +
-                          piece % kPieces;
-      constexpr int kSlotStride = kDecodeRows * kPieces;  // float4s from one split's to the next
-#pragma unroll(kMergeUnroll)
-      for (int s = c0; s < c1; ++s) {
-        const float w = weights[row * kMergeChunk + s - c0];
-        const float4 x = __ldcg(src + s * kSlotStride);
-        sum[p].x += w * x.x;
-        sum[p].y += w * x.y;
-        sum[p].z += w * x.z;
-        sum[p].w += w * x.w;
-      }
-    }
-    __syncthreads();  // every thread is done with the weights before the next chunk's
-  }
-  for (int lanes = 1; lanes < kParts; lanes *= 2)
-    merged_total += __shfl_xor_sync(0xffffffffu, merged_total, lanes);
-  // The splits' weights are exp(lse - merged_max): the sum of their exponentials is
-  // merged_total * exp(merged_max), and the head's sink joins it once, here.
-  const RowFinish finished =
-      finish_row(merged_max, merged_total,
-                 lse_row_valid ? sink_of(args.sinks, block.head(row0 + lse_row)) : neg_inf);
-  if (part == 0) merged[lse_row] = finished.scale;
-  if (args.lse != nullptr && part == 0 && lse_row_valid) *lse_slot(lse_row) = finished.lse;
-  __syncthreads();
-  for (int p = 0; p < kOwnPieces; ++p) {
-    const int piece = static_cast<int>(threadIdx.x) + p * kDecodeThreads;
-    const int row = piece / kPieces;
-    if (row >= valid_rows) continue;
-    const float inv = merged[row];
-    u32* const dst = reinterpret_cast<u32*>(out_row(row)) + (piece % kPieces) * 2;
-    dst[0] = pack_2x16<kBF16>(sum[p].x * inv, sum[p].y * inv);
-    dst[1] = pack_2x16<kBF16>(sum[p].z * inv, sum[p].w * inv);
-  }
+  // Merge in split order (merge_rows): the same sums in the same order whichever split finishes
+  // last. Its scratch is the stages (every thread is past the combine).
+  const DecodeSplits<kHeadDim> splits{decode, item.partial, block, row0};
+  merge_rows<kHeadDim, kBF16>(splits, item.num_splits, valid_rows,
+                              reinterpret_cast<float*>(stages));
   if (threadIdx.x == 0) decode.merge_counters[item.merge] = 0;  // ready for the next launch
 }
 

@@ -18,6 +18,7 @@
 #include "fj_device.cuh"
 #include "fj_ops.cuh"
 #include "kernel_args.cuh"
+#include "sharded_variant.cuh"
 
 namespace fj {
 
@@ -598,7 +599,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   unsigned short* const k_copy_tile = kKvFp8 ? v_tile + kTileElems : k_tile;
   unsigned short* const v_copy_tile = kKvFp8 ? k_copy_tile + kFp8TileElems : v_tile;
 
-  const Variant variant{};
+  const Variant variant = variant_for<Variant>(args);
   const PackedRows block = packed_rows_of(args, request, kv_head, row0, kPrefillBlockM,
                                           kPageSize == 0, Variant::kUsesHead);
   if (row0 >= block.packed_rows) return;

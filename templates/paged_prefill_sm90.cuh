@@ -83,7 +83,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   int* const tile_list = fj_wgmma_tile_list;
   int* const warp_counts = fj_wgmma_warp_counts;
 
-  const Variant variant{};
+  const Variant variant = variant_for<Variant>(args);
   const PackedRows block =
       packed_rows_of(args, request, kv_head, row0, kBlockM, kPageSize == 0, Variant::kUsesHead);
   if (row0 >= block.packed_rows) return;

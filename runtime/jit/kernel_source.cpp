@@ -16,9 +16,17 @@ std::string arch_in_name(std::string arch) {
   return arch;
 }
 
-// q's dtype in kernel names, with "_kvfp8" after it for an fp8 cache.
+// q's dtype in kernel names, with "_kvfp8" after it for an fp8 cache and "_kvshard" for the
+// kernel of sharded calls.
 std::string dtype_in_name(const PrefillKernelConfig& config) {
-  return fmt::format("{}{}", config.bf16 ? "bf16" : "fp16", config.kv_fp8 ? "_kvfp8" : "");
+  return fmt::format("{}{}{}", config.bf16 ? "bf16" : "fp16", config.kv_fp8 ? "_kvfp8" : "",
+                     config.kv_sharded ? "_kvshard" : "");
+}
+
+// The type the kernel template runs: the generated variant struct, or for sharded calls the
+// wrapper that maps shard keys to positions.
+std::string kernel_variant(const PrefillKernelConfig& config, const std::string& variant) {
+  return config.kv_sharded ? fmt::format("fj::ShardedVariant<{}>", variant) : variant;
 }
 
 // The kernel templates' last argument, kKvFp8, written only when true: the 16-bit kernels'
@@ -97,7 +105,7 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
       // The wgmma kernel's register budgets (setmaxnreg) assume one CTA per SM.
       fmt::arg("bounds", launch.wgmma ? fmt::format("{}, 1", launch.threads)
                                       : fmt::format("{}", launch.threads)),
-      fmt::arg("variant", variant), fmt::arg("head_dim", config.head_dim),
+      fmt::arg("variant", kernel_variant(config, variant)), fmt::arg("head_dim", config.head_dim),
       fmt::arg("bf16", config.bf16 ? "true" : "false"), fmt::arg("page", config.page_size),
       fmt::arg("kv_fp8", kv_fp8_argument(config)));
   return spec;
@@ -124,7 +132,7 @@ KernelSpec decode_kernel_spec(const Variant& variant_ir, const PrefillKernelConf
       "}}\n",
       fmt::arg("name", spec.name), fmt::arg("mask", variant_ir.name),
       fmt::arg("variant_source", emit_cuda_variant(variant_ir, variant)),
-      fmt::arg("threads", fj::kDecodeThreads), fmt::arg("variant", variant),
+      fmt::arg("threads", fj::kDecodeThreads), fmt::arg("variant", kernel_variant(config, variant)),
       fmt::arg("head_dim", config.head_dim), fmt::arg("bf16", config.bf16 ? "true" : "false"),
       fmt::arg("page", config.page_size), fmt::arg("kv_fp8", kv_fp8_argument(config)));
   return spec;
@@ -171,6 +179,22 @@ KernelSpec merge_states_spec(bool bf16, const std::string& arch) {
       "}}\n",
       fmt::arg("threads", fj::kMergeStatesThreads), fmt::arg("name", spec.name),
       fmt::arg("bf16", bf16 ? "true" : "false"));
+  return spec;
+}
+
+KernelSpec merge_states_n_spec(bool bf16, int head_dim, const std::string& arch) {
+  KernelSpec spec;
+  spec.name = fmt::format("merge_states_n_hd{}_{}_{}", head_dim, bf16 ? "bf16" : "fp16",
+                          arch_in_name(arch));
+  spec.arch = arch;
+  spec.source = fmt::format(
+      "#include \"merge_states.cuh\"\n\n"
+      "extern \"C\" __global__ void __launch_bounds__({threads})\n"
+      "{name}(const fj::MergeStatesNArgs args) {{\n"
+      "  fj::merge_states_n<{head_dim}, {bf16}>(args);\n"
+      "}}\n",
+      fmt::arg("threads", fj::kDecodeThreads), fmt::arg("name", spec.name),
+      fmt::arg("head_dim", head_dim), fmt::arg("bf16", bf16 ? "true" : "false"));
   return spec;
 }
 

@@ -284,7 +284,7 @@ std::optional<Failure> prepare_attention_common(const fj_kernel& kernel, const i
 
 // The shard layout of a context-parallel call (0.9, flexjit.h): nullopt when the call holds every
 // key of its requests.
-std::optional<Failure> prepare_shard(const fj_kernel& kernel, const fj_paged_attention_args& a,
+std::optional<Failure> prepare_shard(const fj_paged_attention_args& a,
                                      std::optional<fj::KvShard>& shard) {
   shard.reset();
   if (auto f = require_non_negative(
@@ -321,12 +321,6 @@ std::optional<Failure> prepare_shard(const fj_kernel& kernel, const fj_paged_att
     return fail(FJ_ERROR_INVALID_ARGUMENT,
                 "sinks are given to a sharded call, whose shards would each count them: pass them "
                 "to fj_merge_states_n instead");
-  }
-  if (kernel.entry->cpu == nullptr) {
-    return fail(FJ_ERROR_UNSUPPORTED,
-                "sharded keys (kv_shard_count, kv_shard_offsets, global_seq_lens: context "
-                "parallelism) run on CPU kernels (arch \"cpu\") in this version; CUDA kernels do "
-                "not read them yet");
   }
   shard = fj::KvShard{a.kv_shard_offsets, a.global_seq_lens, a.kv_shard_rank, count, interleave};
   return std::nullopt;
@@ -394,7 +388,7 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
                                a.num_kv_heads)) {
     return f;
   }
-  if (auto f = prepare_shard(kernel, a, shard)) return f;
+  if (auto f = prepare_shard(a, shard)) return f;
   device = fj::PagedPrefillArgs{};
   if (auto f = prepare_attention_common(kernel, a.params, a.num_params, a.arrays, a.num_arrays,
                                         a.bad_index, a.num_reqs, a.scale, a.lse, a.lse_stride_token,
@@ -429,6 +423,7 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
   device.k_scale = a.k_scale;
   device.v_scale = a.v_scale;
   device.kv_scale_stride = a.kv_scale_stride;
+  if (shard) device.shard = *shard;
   return std::nullopt;
 }
 
@@ -628,6 +623,24 @@ std::optional<Failure> check_workspace(const SummaryLayout& layout, const void* 
   return std::nullopt;
 }
 
+PrefillKernelConfig sharded_config(const fj_kernel& kernel) {
+  PrefillKernelConfig config = kernel.config;
+  config.kv_sharded = true;
+  return config;
+}
+
+std::optional<Failure> sharded_kernel_of(fj_kernel& kernel, CompiledKernelPtr& sharded) {
+  std::lock_guard lock(kernel.sharded_mutex);
+  if (kernel.sharded_compiled == nullptr) {
+    auto compiled = kernel.context->cache.get(
+        prefill_kernel_spec(*kernel.entry->variant, sharded_config(kernel)));
+    if (!compiled) return compile_failure(compiled.error());
+    kernel.sharded_compiled = *compiled;
+  }
+  sharded = kernel.sharded_compiled;
+  return std::nullopt;
+}
+
 // The summaries a launch of `kernel` over `params`' arrays builds, with the caller's workspace
 // checked against them.
 std::optional<Failure> launch_summaries(const fj_kernel& kernel, const fj::MaskParams& params,
@@ -699,7 +712,8 @@ std::optional<Failure> check_longest_query(const char* name, int32_t max_query_l
 // query rows each (`num_tokens` in all), after the summaries of the arrays it reads (in
 // `workspace`, or the kernel's own buffer when null). A CPU kernel runs here and now; it checks
 // a contiguous call's key_start_loc against `num_key_tokens` and block-table entries against
-// `num_blocks` (0: unchecked). `shard`: a sharded call's layout (CPU kernels only), or null.
+// `num_blocks` (0: unchecked). `shard`: a sharded call's layout, or null; a CUDA kernel then
+// runs its sharded form (sharded_kernel_of), which reads the layout from `device`.
 std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs& device,
                                         void* workspace, uint64_t workspace_bytes,
                                         int32_t max_query_len, int32_t num_sequences,
@@ -727,10 +741,13 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
     return std::nullopt;
   }
   if (auto f = enqueue_summaries(kernel, layout, workspace, device.params, stream)) return f;
-  return launch(*kernel.compiled, static_cast<unsigned>(q_tiles),
-                static_cast<unsigned>(num_sequences), static_cast<unsigned>(device.num_kv_heads),
-                static_cast<unsigned>(shape.threads), static_cast<unsigned>(shape.smem_bytes),
-                stream, &device);
+  CompiledKernelPtr compiled = kernel.compiled;
+  if (shard != nullptr) {
+    if (auto f = sharded_kernel_of(kernel, compiled)) return f;
+  }
+  return launch(*compiled, static_cast<unsigned>(q_tiles), static_cast<unsigned>(num_sequences),
+                static_cast<unsigned>(device.num_kv_heads), static_cast<unsigned>(shape.threads),
+                static_cast<unsigned>(shape.smem_bytes), stream, &device);
 }
 
 void set_last_error(const fj_context* context, std::string message) {
@@ -1288,7 +1305,6 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
 
 FJ_API fj_status fj_merge_states_n(fj_context* context, const fj_merge_states_n_args* args,
                                    void* stream) {
-  (void)stream;  // CPU merges only, which ignore the stream
   return guarded(context, [&]() -> std::optional<Failure> {
     if (context == nullptr) return fail(FJ_ERROR_INVALID_ARGUMENT, "context is null");
     fj_merge_states_n_args a;
@@ -1348,14 +1364,46 @@ FJ_API fj_status fj_merge_states_n(fj_context* context, const fj_merge_states_n_
         return fail(FJ_ERROR_INVALID_ARGUMENT, "lse overlaps states_lse");
       }
     }
-    if (a.device == FJ_DEVICE_CUDA) {
+    if (a.device == FJ_DEVICE_CUDA && a.head_dim > flexjit::kMergeStatesNMaxHeadDim) {
       return fail(FJ_ERROR_UNSUPPORTED,
-                  "fj_merge_states_n merges on the CPU (FJ_DEVICE_CPU) in this version; on CUDA, "
-                  "fj_merge_states merges two states at a time");
+                  fmt::format("head_dim ({}) is above {}, the largest fj_merge_states_n merges on "
+                              "CUDA",
+                              a.head_dim, flexjit::kMergeStatesNMaxHeadDim));
     }
+    const int64_t rows = int64_t{a.num_tokens} * a.num_heads;
+    const int64_t blocks = (rows + fj::kDecodeRows - 1) / fj::kDecodeRows;
+    if (blocks > 0x7fffffff) return fail(FJ_ERROR_UNSUPPORTED, "too many rows for one launch");
     if (a.num_tokens == 0) return std::nullopt;
-    flexjit::cpu::merge_states_n(a, flexjit::cpu::ThreadPool::shared());
-    return std::nullopt;
+    if (a.device == FJ_DEVICE_CPU) {
+      flexjit::cpu::merge_states_n(a, flexjit::cpu::ThreadPool::shared());
+      return std::nullopt;
+    }
+    // CUDA: the kernel of the head dim (merge_rows, the decode kernel's merge), compiled on first
+    // use for the current device and kept in the context's cache.
+    auto arch = flexjit::current_device_arch();
+    if (!arch) return fail(FJ_ERROR_CUDA, arch.error().message);
+    auto kernel = context->cache.get(
+        flexjit::merge_states_n_spec(a.dtype == FJ_DTYPE_BF16, a.head_dim, *arch));
+    if (!kernel) return flexjit::compile_failure(kernel.error());
+    fj::MergeStatesNArgs device{};
+    device.states_out = a.states_out;
+    device.states_lse = a.states_lse;
+    device.out = a.out;
+    device.lse = a.lse;
+    device.out_stride_state = a.out_stride_state;
+    device.out_stride_token = a.out_stride_token;
+    device.out_stride_head = a.out_stride_head;
+    device.lse_stride_state = a.lse_stride_state;
+    device.lse_stride_token = a.lse_stride_token;
+    device.merged_stride_token = a.merged_stride_token;
+    device.merged_stride_head = a.merged_stride_head;
+    device.merged_lse_stride_token = a.merged_lse_stride_token;
+    device.num_states = a.num_states;
+    device.num_tokens = a.num_tokens;
+    device.num_heads = a.num_heads;
+    device.sinks = a.sinks;
+    return flexjit::launch(**kernel, static_cast<unsigned>(blocks), 1, 1, fj::kDecodeThreads, 0,
+                           stream, &device);
   });
 }
 

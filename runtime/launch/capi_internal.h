@@ -118,7 +118,7 @@ std::optional<Failure> require_non_negative(std::initializer_list<NamedValue> va
 
 // Checks the arguments of a paged call and fills the kernel's argument struct (work list
 // fields null) and, for a sharded call (0.9's kv_shard_* and global_seq_lens), `shard`
-// (nullopt otherwise). Sharded calls are refused for CUDA kernels.
+// (nullopt otherwise) and the struct's copy of it, which the sharded kernels read.
 std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_paged_attention_args& a,
                                           fj::PagedPrefillArgs& device,
                                           std::optional<fj::KvShard>& shard);
@@ -130,6 +130,11 @@ std::optional<Failure> launch(const CompiledKernel& kernel, unsigned grid_x, uns
 
 // A compile error as the C API reports it (FJ_ERROR_COMPILE with NVRTC's log).
 Failure compile_failure(const Error& error);
+
+// The config of `kernel`'s kernels for sharded calls (kv_sharded), and its prefill kernel for
+// them, compiled on the first sharded call and kept on the handle.
+PrefillKernelConfig sharded_config(const fj_kernel& kernel);
+std::optional<Failure> sharded_kernel_of(fj_kernel& kernel, CompiledKernelPtr& sharded);
 
 // The summaries a launch builds for the arrays the kernel reads (`layout`), with the caller's
 // workspace checked against them; then their enqueueing into it (or into the kernel's own

@@ -60,6 +60,11 @@ struct fj_plan {
   flexjit::PlanCapacity capacity;
   flexjit::PlanLayout layout;
   flexjit::CompiledKernelPtr decode_kernel;  // null when no request can take the decode path
+  // The decode kernel of sharded runs (context parallelism), compiled on the first one, and its
+  // persistent grid.
+  flexjit::CompiledKernelPtr sharded_decode_kernel;
+  unsigned sharded_decode_grid = 0;
+  int sms = 0;
   CUcontext cu_context = nullptr;
   CUdeviceptr memory = 0;
   unsigned prefill_grid = 0;  // persistent grids: at most what the device runs at once
@@ -155,6 +160,7 @@ std::optional<Failure> create_plan(fj_kernel& kernel, const fj_plan_shape& s, fj
   auto decode_ctas = ctas_per_sm(api, **decode, fj::kDecodeThreads, decode_smem);
   if (!decode_ctas) return fail(FJ_ERROR_CUDA, decode_ctas.error().message);
   shape.decode_wave = sms * *decode_ctas;
+  plan.sms = sms;
 
   auto capacity = plan_capacity(shape);
   if (!capacity) return fail(FJ_ERROR_INVALID_ARGUMENT, capacity.error().message);
@@ -260,11 +266,52 @@ std::optional<Failure> update_plan(fj_plan& plan, const int32_t* query_start_loc
   return std::nullopt;
 }
 
+// The decode kernel of sharded runs (kv_sharded), compiled on the plan's first sharded run, and
+// its persistent grid: the plan's decode items, at most what the device runs at once of it.
+std::optional<Failure> sharded_decode_of(fj_plan& plan) {
+  if (plan.sharded_decode_kernel != nullptr) return std::nullopt;
+  fj_kernel& kernel = *plan.kernel;
+  auto decode =
+      kernel.context->cache.get(decode_kernel_spec(*kernel.entry->variant, sharded_config(kernel)));
+  if (!decode) return compile_failure(decode.error());
+  const cuda::DriverApi& api = *cuda::driver_api().value();  // loaded by fj_plan_create
+  auto ctas =
+      ctas_per_sm(api, **decode, fj::kDecodeThreads,
+                  fj::paged_decode_smem_bytes(kernel.config.head_dim, kernel.config.kv_fp8));
+  if (!ctas) return fail(FJ_ERROR_CUDA, ctas.error().message);
+  plan.sharded_decode_grid = static_cast<unsigned>(
+      std::min<int64_t>(plan.capacity.decode_items, int64_t{plan.sms} * *ctas));
+  plan.sharded_decode_kernel = *decode;
+  return std::nullopt;
+}
+
 std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a, void* stream) {
   fj_kernel& kernel = *plan.kernel;
   fj::PagedPrefillArgs device;
-  std::optional<fj::KvShard> shard;  // plans are for CUDA kernels, which refuse sharded calls
+  std::optional<fj::KvShard> shard;
   if (auto f = prepare_paged_args(kernel, a, device, shard)) return f;
+  if (!shard && plan.work.short_request >= 0) {
+    return fail(
+        FJ_ERROR_INVALID_ARGUMENT,
+        fmt::format("seq_lens[{}] ({}) is shorter than the request's {} query tokens: only "
+                    "a sharded run (kv_shard_*, context parallelism) takes a request with "
+                    "fewer keys than query tokens",
+                    plan.work.short_request, plan.work.short_seq_len, plan.work.short_query_len));
+  }
+  // A sharded run takes the kernels' sharded forms, which read the layout from `device`.
+  CompiledKernelPtr prefill_kernel = kernel.compiled;
+  CompiledKernelPtr decode_kernel = plan.decode_kernel;
+  unsigned decode_grid = plan.decode_grid;
+  if (shard) {
+    if (plan.prefill_grid > 0) {
+      if (auto f = sharded_kernel_of(kernel, prefill_kernel)) return f;
+    }
+    if (plan.decode_grid > 0) {
+      if (auto f = sharded_decode_of(plan)) return f;
+      decode_kernel = plan.sharded_decode_kernel;
+      decode_grid = plan.sharded_decode_grid;
+    }
+  }
   if (a.num_heads != plan.shape.num_heads || a.num_kv_heads != plan.shape.num_kv_heads) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
                 fmt::format("args have {} heads over {} kv heads, the plan {} over {}", a.num_heads,
@@ -286,12 +333,12 @@ std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a,
     device.work_items =
         reinterpret_cast<const fj::PrefillWorkItem*>(plan.memory + plan.layout.prefill_items);
     const PrefillLaunchShape& shape = kernel.launch_shape;
-    if (auto f = launch(*kernel.compiled, plan.prefill_grid, 1, 1, shape.threads, shape.smem_bytes,
+    if (auto f = launch(*prefill_kernel, plan.prefill_grid, 1, 1, shape.threads, shape.smem_bytes,
                         stream, &device)) {
       return f;
     }
   }
-  if (plan.decode_grid > 0) {
+  if (decode_grid > 0) {
     fj::PagedDecodeArgs decode{};
     decode.attention = device;
     decode.attention.work_counts = nullptr;
@@ -302,7 +349,7 @@ std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a,
     decode.partial_out = reinterpret_cast<float*>(plan.memory + plan.layout.partial_out);
     decode.partial_lse = reinterpret_cast<float*>(plan.memory + plan.layout.partial_lse);
     decode.merge_counters = reinterpret_cast<int32_t*>(plan.memory + plan.layout.merge_counters);
-    if (auto f = launch(*plan.decode_kernel, plan.decode_grid, 1, 1, fj::kDecodeThreads,
+    if (auto f = launch(*decode_kernel, decode_grid, 1, 1, fj::kDecodeThreads,
                         fj::paged_decode_smem_bytes(kernel.config.head_dim, kernel.config.kv_fp8),
                         stream, &decode)) {
       return f;

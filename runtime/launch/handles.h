@@ -81,6 +81,10 @@ struct fj_kernel {
   // summarises and kept, so later launches skip the cache lookup (and its source hash).
   std::mutex summary_mutex;
   std::shared_ptr<const flexjit::CompiledKernel> summary_kernel;
+  // The prefill kernel of sharded calls (config.kv_sharded: context parallelism), compiled on
+  // the first such call and kept.
+  std::mutex sharded_mutex;
+  std::shared_ptr<const flexjit::CompiledKernel> sharded_compiled;
 };
 
 namespace flexjit {

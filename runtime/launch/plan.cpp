@@ -95,6 +95,7 @@ Result<bool> build_plan(const PlanShape& shape, std::span<const int32_t> query_s
   const int kv_heads = shape.num_kv_heads;
   const int block_m = shape.prefill_block_m;
 
+  plan.short_request = -1;
   // Pass 1: check every request and sort it into the decode or the prefill path.
   thread_local std::vector<DecodeRequest> decode;
   thread_local std::vector<uint64_t> prefill_tiles;  // cost << 32 | index into prefill_keys
@@ -116,9 +117,13 @@ Result<bool> build_plan(const PlanShape& shape, std::span<const int32_t> query_s
                                query_len, shape.max_query_len)};
     }
     const int32_t seq_len = seq_lens[r];
-    if (seq_len < query_len) {
-      return Error{fmt::format("seq_lens[{}] ({}) is shorter than the request's {} query tokens", r,
-                               seq_len, query_len)};
+    if (seq_len < 0) return Error{fmt::format("seq_lens[{}] ({}) is negative", r, seq_len)};
+    // Fewer keys than query tokens: a sharded run's shard (context parallelism); run_plan
+    // refuses the batch for a run that holds every key.
+    if (seq_len < query_len && plan.short_request < 0) {
+      plan.short_request = r;
+      plan.short_seq_len = seq_len;
+      plan.short_query_len = query_len;
     }
     if (seq_len > key_capacity) {
       return Error{fmt::format(
@@ -137,7 +142,8 @@ Result<bool> build_plan(const PlanShape& shape, std::span<const int32_t> query_s
     // sees; for other masks an order as good as any).
     for (int64_t row0 = 0; row0 < rows; row0 += block_m) {
       const int64_t last_row = std::min<int64_t>(row0 + block_m, rows) - 1;
-      const uint64_t cost = static_cast<uint64_t>(seq_len - query_len + last_row / group + 1);
+      const uint64_t cost = static_cast<uint64_t>(
+          std::clamp<int64_t>(int64_t{seq_len} - query_len + last_row / group + 1, 0, seq_len));
       prefill_tiles.push_back(cost << 32 | prefill_keys.size());
       prefill_keys.emplace_back(r, static_cast<int32_t>(row0));
     }

@@ -51,13 +51,19 @@ struct WorkPlan {
   std::vector<fj::DecodeWorkItem> decode;
   int num_reqs = 0;
   int num_tokens = 0;
+  // The first request with fewer keys than query tokens (-1: none), which only a sharded run
+  // takes (its shard may hold few of the request's keys), with its lengths for the message.
+  int32_t short_request = -1;
+  int32_t short_seq_len = 0;
+  int32_t short_query_len = 0;
 };
 
 // Plans one batch: request r owns query rows [query_start_loc[r], query_start_loc[r + 1]) and
 // has seq_lens[r] keys (its new tokens included). Rejects what does not fit the shape or the
 // contract: a decreasing query_start_loc or one not starting at 0, more requests, tokens or a
-// longer query than the shape allows, a seq_len shorter than the request's query or longer
-// than max_blocks_per_req pages hold. `plan` is reused (no allocation once it has grown).
+// longer query than the shape allows, a negative seq_len or one longer than max_blocks_per_req
+// pages hold. A seq_len shorter than the request's query is recorded (short_request): only a
+// sharded run may take it. `plan` is reused (no allocation once it has grown).
 //
 // Requests of at most fj::kDecodeMaxRows packed rows (query tokens times the GQA group) become
 // decode items of fj::kDecodeRows rows; when those do not fill one decode wave, each is split

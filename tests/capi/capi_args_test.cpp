@@ -836,10 +836,14 @@ std::vector<Row> table() {
          return fj_merge_states_n(f.context, &m, nullptr);
        },
        kInvalid},
-      {"fj_merge_states_n, on CUDA",
+      {"fj_merge_states_n, on CUDA above head dim 256",
        [](F& f) {
          fj_merge_states_n_args m = f.merge_n();
          m.device = FJ_DEVICE_CUDA;
+         m.head_dim = 264;
+         m.out_stride_state = 2 * 8 * 264;
+         m.out_stride_token = m.merged_stride_token = 8 * 264;
+         m.out_stride_head = m.merged_stride_head = 264;
          return fj_merge_states_n(f.context, &m, nullptr);
        },
        kUnsupported},

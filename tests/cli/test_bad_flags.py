@@ -232,7 +232,6 @@ class BadFlagsTest(unittest.TestCase):
             (RUN_BASE[:4] + ["--encoder", "--kv-dtype", "fp8"], "--encoder reads 16-bit K/V"),
             (RUN_BASE + ["--kv-scale", "head"], "add --kv-dtype fp8"),
             (EMIT_BASE + ["--kv-dtype", "fp8", "--page-size", "0"], "needs a paged kernel"),
-            (with_option(RUN_SHARDED_BASE, "--device", "cuda"), "add --device cpu"),
             (RUN_BASE + ["--kv-shards", "0"], "outside [1, 1024]"),
             (RUN_SHARDED_BASE + ["--kv-shard-layout", "contiguous", "--kv-interleave", "4"],
              "--kv-interleave deals interleaved shards"),

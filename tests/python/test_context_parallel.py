@@ -378,14 +378,15 @@ class ShardedAttentionTest(unittest.TestCase):
             self.batch.run(kernel, positions, out, lse, kv_shard=short)
         self.assertEqual(caught.exception.status, Status.INVALID_ARGUMENT)
 
-    def test_gpu_kernels_refuse_shards_in_0_9(self):
+    def test_gpu_kernels_take_device_shards(self):
+        # A GPU kernel's prepared call carries the device array (never launched here: the
+        # stand-ins' pointers are not memory; the [gpu] tests and test_context_parallel_torch
+        # run sharded CUDA calls).
         gpu, stand_ins = self.gpu_call()
         shard = KvShard(0, 2, global_seq_lens=CudaArray((2,), "<i4", ptr=0x7F0000900000))
         launch = gpu.prepare(**stand_ins, max_query_len=4, kv_shard=shard)
         self.assertEqual(launch.args.global_seq_lens, 0x7F0000900000)
-        with self.assertRaises(flexjit.FlexjitError) as caught:
-            launch.launch()
-        self.assertEqual(caught.exception.status, Status.UNSUPPORTED, caught.exception)
+        self.assertEqual((launch.args.kv_shard_rank, launch.args.kv_shard_count), (0, 2))
 
 
 class KvShardTest(unittest.TestCase):
@@ -647,12 +648,14 @@ class MergeStatesNTest(unittest.TestCase):
                     self.ctx.merge_states_n(out=out, device="cpu", **arguments)
                 self.assertEqual(caught.exception.status, Status.INVALID_ARGUMENT)
 
-    def test_the_gpu_merge_is_unsupported_in_0_9(self):
+    def test_the_gpu_merge_takes_head_dims_up_to_256(self):
+        # Checked before any device work (stand-in arrays, never read); a GPU merges head
+        # dim 256 (the [gpu] tests).
         with self.assertRaises(flexjit.FlexjitError) as caught:
-            self.ctx.merge_states_n(CudaArray((2, 3, HEADS, HEAD_DIM)),
-                                    CudaArray((2, 3, HEADS), "<f4"),
-                                    out=CudaArray((3, HEADS, HEAD_DIM)), device="cuda")
+            self.ctx.merge_states_n(CudaArray((2, 3, HEADS, 264)), CudaArray((2, 3, HEADS), "<f4"),
+                                    out=CudaArray((3, HEADS, 264)), device="cuda")
         self.assertEqual(caught.exception.status, Status.UNSUPPORTED, caught.exception)
+        self.assertIn("above 256", caught.exception.message)
 
 
 @unittest.skipUnless(library_available(), NO_LIBRARY)

@@ -363,20 +363,19 @@ class TorchOpsTest(unittest.TestCase):
             impls["paged_attention"](*args[:13], [8.5], *args[14:])
         with self.assertRaisesRegex(TypeError, "names a Kernel, this operator takes a Plan"):
             impls["plan_run"]("test.sliding", *args[1:9], *args[10:])
-        # The shard reaches the library, which refuses it for a CUDA kernel in 0.9 before any
-        # launch (the same call without it reached the driver above); so does the merge.
+        # A sharded call passes every check and needs the driver as the same call without a
+        # shard did above (CUDA kernels run sharded calls since 0.10); so does the merge.
         lens = FakeTensor((2,), "torch.int32")
         for shard in ([None, lens, 1, 2, 16], [lens, lens, 0, 1, 1]):
             with self.subTest(shard=shard[2:]):
                 with self.assertRaises(flexjit.FlexjitError) as caught:
                     impls["paged_attention"](*args, None, None, None, *shard)
-                self.assertEqual(caught.exception.status, flexjit.Status.UNSUPPORTED,
-                                 caught.exception)
+                self.assertEqual(caught.exception.status, flexjit.Status.CUDA, caught.exception)
         with self.assertRaises(flexjit.FlexjitError) as caught:
             impls["merge_states_n"](FakeTensor((2, 4, HEADS, HEAD_DIM)),
                                     FakeTensor((2, 4, HEADS), "torch.float32"),
                                     FakeTensor((4, HEADS, HEAD_DIM)), None)
-        self.assertEqual(caught.exception.status, flexjit.Status.UNSUPPORTED, caught.exception)
+        self.assertEqual(caught.exception.status, flexjit.Status.CUDA, caught.exception)
 
     def test_compile_fullgraph_on_meta_tensors(self):
         # Traces through the Python entry point and the fake implementation: one graph, no

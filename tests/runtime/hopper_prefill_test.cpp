@@ -114,15 +114,7 @@ TEST_CASE(
   for (const auto& [name, config] : cases) {
     auto variant = flexjit::lower_mask(module, name);
     REQUIRE(variant.ok());
-    const flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(*variant, config);
-    const PtxasReport report = compile_with_report(spec);
-    INFO(spec.name << "\n" << report.log);
-    CHECK(report.resources.spill_store_bytes == 0);
-    CHECK(report.resources.spill_load_bytes == 0);
-    // ptxas's "wgmma.mma_async instructions are serialized" (C7514, C7520) costs most of the
-    // tensor cores' overlap: a cp.async or an accumulator read inside an MMA's flight does it.
-    CHECK_FALSE(report.resources.wgmma_serialized);
-    CHECK(report.log.find("Potential Performance Loss") == std::string::npos);
+    flexjit::testing::check_clean(flexjit::prefill_kernel_spec(*variant, config));
   }
 }
 

@@ -15,8 +15,7 @@
 
 namespace {
 
-using flexjit::testing::compile_with_report;
-using flexjit::testing::PtxasReport;
+using flexjit::testing::check_clean;
 using flexjit::testing::standard_masks;
 using flexjit::testing::Warnings;
 
@@ -29,15 +28,6 @@ flexjit::PrefillKernelConfig fp8_config(int head_dim, const std::string& arch, b
   config.arch = arch;
   config.kv_fp8 = true;
   return config;
-}
-
-void check_clean(const flexjit::KernelSpec& spec) {
-  const PtxasReport report = compile_with_report(spec);
-  INFO(spec.name << "\n" << report.log);
-  CHECK(report.resources.spill_store_bytes == 0);
-  CHECK(report.resources.spill_load_bytes == 0);
-  CHECK_FALSE(report.resources.wgmma_serialized);
-  CHECK(report.log.find("Potential Performance Loss") == std::string::npos);
 }
 
 }  // namespace

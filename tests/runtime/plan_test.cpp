@@ -265,9 +265,22 @@ TEST_CASE("the planner rejects batches that do not fit", "[plan]") {
   decreasing.qsl[1] = 10;  // request 1 would own [10, 8)
   CHECK(plan_error(shape, decreasing).find("decreases") != std::string::npos);
 
+  // Fewer keys than query tokens: a shard's (context parallelism), planned and recorded for
+  // run_plan, which refuses it to a run that holds every key.
   Batch short_seq;
+  short_seq.add(1, 100);
   short_seq.add(8, 4);
-  CHECK(plan_error(shape, short_seq).find("shorter") != std::string::npos);
+  short_seq.add(3, 0);
+  const WorkPlan short_plan = plan_of(shape, short_seq);
+  CHECK(short_plan.short_request == 1);
+  CHECK(short_plan.short_seq_len == 4);
+  CHECK(short_plan.short_query_len == 8);
+  Batch whole;
+  whole.add(2, 100);
+  CHECK(plan_of(shape, whole).short_request == -1);
+  Batch negative_seq;
+  negative_seq.add(1, -1);
+  CHECK(plan_error(shape, negative_seq).find("negative") != std::string::npos);
 
   Batch beyond_table;
   beyond_table.add(1, 16 * 10 + 1);

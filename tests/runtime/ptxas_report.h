@@ -37,4 +37,16 @@ inline PtxasReport compile_with_report(const KernelSpec& spec) {
   return {output->log, *resources};
 }
 
+// `spec` compiles clean: no spills, no serialized wgmma (ptxas's C7514/C7520 note, which costs
+// most of the tensor cores' overlap: a cp.async or an accumulator read inside an MMA's flight
+// does it) and no other performance warning.
+inline void check_clean(const KernelSpec& spec) {
+  const PtxasReport report = compile_with_report(spec);
+  INFO(spec.name << "\n" << report.log);
+  CHECK(report.resources.spill_store_bytes == 0);
+  CHECK(report.resources.spill_load_bytes == 0);
+  CHECK_FALSE(report.resources.wgmma_serialized);
+  CHECK(report.log.find("Potential Performance Loss") == std::string::npos);
+}
+
 }  // namespace flexjit::testing

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "check/host_buffer.h"
@@ -86,5 +87,22 @@ Result<const T*> upload_optional(DeviceBuffer& buffer, const std::vector<T>& val
   }
   return static_cast<const T*>(buffer.get());
 }
+
+// The plan shape that holds exactly the batch of `paged`.
+inline fj_plan_shape plan_shape_of(const fj_paged_attention_args& paged) {
+  fj_plan_shape shape{};
+  shape.struct_size = sizeof(shape);
+  shape.max_num_reqs = paged.num_reqs;
+  shape.max_num_tokens = paged.num_tokens;
+  shape.max_query_len = paged.max_query_len;
+  shape.num_heads = paged.num_heads;
+  shape.num_kv_heads = paged.num_kv_heads;
+  return shape;
+}
+
+struct PlanDeleter {
+  void operator()(fj_plan* plan) const { fj_plan_destroy(plan); }
+};
+using PlanPtr = std::unique_ptr<fj_plan, PlanDeleter>;
 
 }  // namespace flexjit

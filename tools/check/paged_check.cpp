@@ -37,23 +37,6 @@ Result<bool> upload_arrays(const cuda::DriverApi& api, const std::vector<HostArr
   return true;
 }
 
-// The plan shape that holds exactly `batch`.
-fj_plan_shape plan_shape_of(const fj_paged_attention_args& paged) {
-  fj_plan_shape shape{};
-  shape.struct_size = sizeof(shape);
-  shape.max_num_reqs = paged.num_reqs;
-  shape.max_num_tokens = paged.num_tokens;
-  shape.max_query_len = paged.max_query_len;
-  shape.num_heads = paged.num_heads;
-  shape.num_kv_heads = paged.num_kv_heads;
-  return shape;
-}
-
-struct PlanDeleter {
-  void operator()(fj_plan* plan) const { fj_plan_destroy(plan); }
-};
-using PlanPtr = std::unique_ptr<fj_plan, PlanDeleter>;
-
 // A CUDA graph of one fj_plan_run captured on `stream` (the plan's work list is read when the
 // graph runs, so the capture's batch does not matter).
 class CapturedRun {

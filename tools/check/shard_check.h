@@ -2,7 +2,7 @@
 // shards of each request's keys, each shard run as one sharded call
 // (fj_paged_attention_args.kv_shard_*, global_seq_lens) with its LSE, the partial states merged by
 // fj_merge_states_n (sinks passed to the merge only), and the result compared with the float64
-// reference and with the unsharded call of the same inputs. CPU backend (0.9).
+// reference and with the unsharded call of the same inputs. CPU backend (0.9) and CUDA (0.10).
 #pragma once
 
 #include <cstdint>
@@ -35,9 +35,12 @@ struct ShardCheckReport {
                                          // rows that did see one
 };
 
-// Runs `config` (a paged config; its arch ignored) unsharded and in `shards` on the CPU backend.
-Result<ShardCheckReport> run_cpu_shard_check(fj_context* context, const fj_program* program,
-                                             const PagedCheckConfig& config,
-                                             const ShardCheckConfig& shards);
+// Runs `config` (a paged config) in `shards`: on the CPU backend where config.arch is "cpu", else
+// on the current CUDA device (config.launch Direct, or Planned: a plan per shard, so that decode
+// rows take the split-KV decode kernel), the merge on the same device. The unsharded call it is
+// compared with is the CPU backend's.
+Result<ShardCheckReport> run_shard_check(fj_context* context, const fj_program* program,
+                                         const PagedCheckConfig& config,
+                                         const ShardCheckConfig& shards);
 
 }  // namespace flexjit

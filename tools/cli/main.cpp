@@ -893,7 +893,13 @@ int command_run(const std::string& path, RunOptions& options) {
     shards.interleave = options.kv_interleave;
     shards.seed = options.seed;
     config.timing_iterations = 0;
-    auto shard_report = flexjit::run_cpu_shard_check(context, program, config, shards);
+    // CUDA: through a plan per shard, so that decode rows take the split-KV decode kernel.
+    if (cpu) {
+      config.arch = "cpu";
+    } else {
+      config.launch = flexjit::PagedLaunch::Planned;
+    }
+    auto shard_report = flexjit::run_shard_check(context, program, config, shards);
     if (!shard_report) return report_error(shard_report.error());
     sharded = std::move(*shard_report);
   }
@@ -1114,8 +1120,9 @@ int main(int argc, char** argv) {
                   "attention sink logits (gpt-oss): one for every head, or one per head, "
                   "comma-separated; -inf is no sink");
   run->add_option("--kv-shards", run_options.kv_shards,
-                  "context parallelism (CPU backend): deal each request's keys into N shards, run "
-                  "each as a sharded call and merge them (docs/context_parallel.md); 1: unsharded");
+                  "context parallelism: deal each request's keys into N shards, run each as a "
+                  "sharded call (on CUDA through a plan) and merge them "
+                  "(docs/context_parallel.md); 1: unsharded");
   run->add_option("--kv-interleave", run_options.kv_interleave,
                   "with --kv-shards: keys dealt to one shard in a row (vLLM's "
                   "cp_kv_cache_interleave_size)");

@@ -124,9 +124,6 @@ Result<RunBatch> check_run_shape(const RunShape& shape) {
   if (shape.kv_shards > 1 && shape.encoder) {
     return Error{"--kv-shards shards a paged cache's keys: --encoder has none"};
   }
-  if (shape.kv_shards > 1 && !shape.cpu) {
-    return Error{"--kv-shards runs on the CPU backend in this version: add --device cpu"};
-  }
   if (!shape.encoder && (shape.page_size == 0 || !supported::page_size(shape.page_size))) {
     return Error{fmt::format(
         "--page-size {} is not supported: a multiple of {} up to {} (contiguous K/V: --encoder)",

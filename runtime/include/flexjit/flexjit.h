@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define FJ_VERSION_MAJOR 0
-#define FJ_VERSION_MINOR 9
+#define FJ_VERSION_MINOR 10
 #define FJ_VERSION_PATCH 0
 /* Version as one integer: major * 10000 + minor * 100 + patch. */
 #define FJ_VERSION (FJ_VERSION_MAJOR * 10000 + FJ_VERSION_MINOR * 100 + FJ_VERSION_PATCH)
@@ -311,8 +311,10 @@ typedef struct fj_paged_attention_args {
    * [0, global_seq_lens[r]), and each request's query rows must fit its global length (the CPU
    * backend checks both). A shard may hold no key of a request (seq_lens[r] 0) or none its queries
    * see: those rows get out 0 and lse -inf, and merge away (fj_merge_states_n). Sinks belong to the
-   * merge, not to the shards. CPU kernels only in 0.9: CUDA kernels refuse sharded calls with
-   * FJ_ERROR_UNSUPPORTED. */
+   * merge, not to the shards. CUDA kernels and plans (since 0.10; in 0.9 they returned
+   * FJ_ERROR_UNSUPPORTED) run a sharded form of the kernel, compiled on the handle's first
+   * sharded call (and on a plan's first sharded run), which reads both arrays on the device; a
+   * key position outside the request is not detected there. */
   const int32_t* kv_shard_offsets;
   const int32_t* global_seq_lens;
   int32_t kv_shard_rank;
@@ -527,8 +529,10 @@ FJ_API fj_status fj_merge_states(fj_context* context, const fj_merge_states_args
  * lse_stride_state + token * lse_stride_token + head: an all-gathered [num_states, num_tokens,
  * num_heads, head_dim] tensor and its [num_states, num_tokens, num_heads] LSE, or any strided
  * view of them. out may be one of the states' rows (every state is read before a row is written);
- * lse (optional) must not overlap states_lse. CPU (FJ_DEVICE_CPU) only in 0.9: FJ_DEVICE_CUDA
- * returns FJ_ERROR_UNSUPPORTED. */
+ * lse (optional) must not overlap states_lse. On CUDA (since 0.10; 0.9 returned
+ * FJ_ERROR_UNSUPPORTED) one launch on `stream` merges every row with the split-KV decode
+ * kernel's merge, compiled per head dim on first use, for head dims up to 256; the states are
+ * 16-byte aligned device memory. */
 typedef struct fj_merge_states_n_args {
   uint32_t struct_size; /* sizeof(fj_merge_states_n_args) */
   fj_dtype dtype;       /* of the states' outputs and out: FJ_DTYPE_BF16 or FJ_DTYPE_FP16 */
@@ -552,7 +556,8 @@ typedef struct fj_merge_states_n_args {
 } fj_merge_states_n_args;
 
 /* Errors: FJ_ERROR_INVALID_ARGUMENT (null pointers, shapes, strides, alignment, lse overlapping
- * states_lse, a device that is neither value), FJ_ERROR_UNSUPPORTED (dtype; FJ_DEVICE_CUDA). */
+ * states_lse, a device that is neither value), FJ_ERROR_UNSUPPORTED (dtype; on CUDA a head dim
+ * above 256), FJ_ERROR_COMPILE, FJ_ERROR_CUDA. */
 FJ_API fj_status fj_merge_states_n(fj_context* context, const fj_merge_states_n_args* args,
                                    void* stream);
 
@@ -650,10 +655,12 @@ FJ_API fj_status fj_plan_destroy(fj_plan* plan);
  * width the run will pass. Copies the work lists to the device on `stream`, ordered before
  * the runs enqueued after it on that stream. The host arrays may be reused as soon as the call
  * returns. Waits (on the host) only for the copy enqueued two updates before, if still
- * pending. Errors: FJ_ERROR_INVALID_ARGUMENT (null pointers; more requests, tokens or a longer
- * query than the shape allows; a decreasing query_start_loc; a seq_len shorter than its query
- * or longer than max_blocks_per_req pages hold), FJ_ERROR_CUDA. A failed update leaves the
- * previous plan in place. */
+ * pending. A seq_len shorter than its query is a shard's (context parallelism, since 0.10;
+ * before, the update refused it): only a sharded run takes such a batch. Errors:
+ * FJ_ERROR_INVALID_ARGUMENT (null pointers; more requests, tokens or a longer query than the
+ * shape allows; a decreasing query_start_loc; a negative seq_len or one longer than
+ * max_blocks_per_req pages hold), FJ_ERROR_CUDA. A failed update leaves the previous plan in
+ * place. */
 FJ_API fj_status fj_plan_update(fj_plan* plan, const int32_t* query_start_loc,
                                 const int32_t* seq_lens, int32_t num_reqs,
                                 int32_t max_blocks_per_req, void* stream);
@@ -663,7 +670,10 @@ FJ_API fj_status fj_plan_update(fj_plan* plan, const int32_t* query_start_loc,
  * used). args' heads must be the plan's, and num_reqs and num_tokens at least the last
  * update's. No host-device synchronisation; CUDA-graph capturable (see above). Runs of one plan
  * share its device memory (work lists, split results, scheduling counters): order them, e.g. on
- * one stream; plans of their own run concurrently. Errors: as fj_paged_attention. */
+ * one stream; plans of their own run concurrently. A sharded run (kv_shard_*, since 0.10)
+ * compiles the sharded forms of the plan's kernels on its first run. Errors: as
+ * fj_paged_attention; FJ_ERROR_INVALID_ARGUMENT for a run holding every key over a batch with a
+ * seq_len shorter than its query. */
 FJ_API fj_status fj_plan_run(fj_plan* plan, const fj_paged_attention_args* args, void* stream);
 
 #ifdef __cplusplus

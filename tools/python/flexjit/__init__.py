@@ -329,8 +329,8 @@ class Context(_Handle):
         (heads contiguous). out: [num_tokens, num_heads, head_dim] of states_out's dtype (may
         be one state's rows; default: a new tensor, torch only); lse (optional, outside
         states_lse): float32 [num_tokens, num_heads]; sinks: float32 [num_heads], counted once
-        here (the shards leave them out). `device` and `stream` as kv_cache_write's (the CPU
-        only in 0.9: "cuda" is FlexjitError UNSUPPORTED). Returns out. Errors: ValueError
+        here (the shards leave them out). `device` and `stream` as kv_cache_write's ("cuda"
+        since 0.10: one launch, head dims up to 256). Returns out. Errors: ValueError
         (arrays), FlexjitError."""
         if out is None:
             if not is_torch_tensor(states_out):
@@ -538,7 +538,7 @@ class Kernel(_Handle):
         `k_scale`, `v_scale` (since 0.8, a kernel of kv_dtype "fp8" only, and then required):
         the fp8 cache's dequantization scales, each a number or a float32 array of 1 element
         or one per kv head, where the caches are; K element = e4m3 value * k_scale[kv head].
-        `kv_shard` (since 0.9, CPU kernels only in 0.9): a KvShard, when the call holds one
+        `kv_shard` (since 0.9; CUDA kernels since 0.10): a KvShard, when the call holds one
         shard of each request's keys (context parallelism: seq_lens, the block table and the
         caches are the shard's); pass lse= and merge the shards with Context.merge_states_n.
         None: the call holds every key."""

@@ -68,8 +68,7 @@ SCHEMAS = {
         "(str kernel, Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, "
         "float scale, str[] param_names, float[] param_values, str[] array_names, "
         "Tensor[] arrays, Tensor? sinks=None) -> ()",
-    # Context.merge_states_n (since 0.9; CPU tensors only in 0.9, CUDA ones are the library's
-    # FlexjitError UNSUPPORTED): states_out [num_states, num_tokens, num_heads, head_dim],
+    # Context.merge_states_n (since 0.9; CUDA tensors since 0.10): states_out [num_states, num_tokens, num_heads, head_dim],
     # states_lse float32 [num_states, num_tokens, num_heads], out [num_tokens, num_heads,
     # head_dim], lse float32 [num_tokens, num_heads], sinks float32 [num_heads].
     "merge_states_n":
@@ -522,9 +521,9 @@ def paged_attention(kernel, q, k_cache, v_cache, block_table, query_start_loc, s
     given to register(). `max_query_len` (the longest query, a host int) is required: reading
     it from query_start_loc would synchronise. `k_scale`, `v_scale`: an fp8 cache's scales,
     tensors (or numbers, made tensors at each call). `kv_shard`: a flexjit.KvShard whose arrays
-    are torch tensors, when the call holds one shard of each request's keys (CPU kernels only
-    in 0.9; merge the shards' out and lse with merge_states_n). Returns `out` (a new tensor
-    like q if None)."""
+    are torch tensors, when the call holds one shard of each request's keys (CUDA kernels since
+    0.10; merge the shards' out and lse with merge_states_n). Returns `out` (a new tensor like q
+    if None)."""
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
@@ -553,7 +552,7 @@ def plan_run(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, 
     """torch.ops.flexjit.plan_run: Plan.run over these tensors, the batch of the plan's last
     update (`plan` is a key given to register()). Capturable in a CUDA graph; update the plan
     outside the capture (Plan.update). `k_scale`, `v_scale`, `kv_shard` as paged_attention's
-    (plans are CUDA only, which refuses a shard in 0.9). Returns `out`."""
+    (a plan runs sharded since 0.10). Returns `out`."""
     if out is None:
         out = q.new_empty(q.shape)
     names, values, array_names, tensors = _split(params, arrays)
@@ -569,8 +568,7 @@ def merge_states_n(states_out, states_lse, *, out=None, lse=None, sinks=None):
     (states_out [num_states, num_tokens, num_heads, head_dim], states_lse float32 [num_states,
     num_tokens, num_heads]) into `out` (a new tensor if None) and `lse` (float32 [num_tokens,
     num_heads], optional), with the sinks (float32 [num_heads]) counted once here. On the
-    tensors' device: CPU tensors only in 0.9 (CUDA ones are FlexjitError UNSUPPORTED).
-    Returns `out`."""
+    tensors' device (CUDA tensors since 0.10). Returns `out`."""
     if out is None:
         out = states_out.new_empty(states_out.shape[1:])
     _merge_states_n(states_out, states_lse, out, lse, sinks)

@@ -1,4 +1,4 @@
-"""Context parallelism (C API 0.9, docs/context_parallel.md): a paged call over one shard of
+"""Context parallelism (C API 0.9, on CUDA since 0.10; docs/context_parallel.md): a paged call over one shard of
 each request's keys, the shard's place in the whole request, and the layout helpers.
 
     shard = flexjit.KvShard(rank=dcp_rank, count=dcp_world_size, interleave=16,

@@ -43,6 +43,10 @@ struct PrefillKernelConfig {
   // An fp8 (e4m3) K/V cache (fj_kernel_desc::kv_dtype, since 0.8), read with the launch's
   // k_scale and v_scale; paged kernels only. False: the cache has q's dtype.
   bool kv_fp8 = false;
+  // The kernel of a sharded call (context parallelism, since 0.10): its variant is
+  // fj::ShardedVariant of the mask's (sharded_variant.cuh), which reads the launch's shard layout.
+  // Paged kernels only.
+  bool kv_sharded = false;
 };
 
 // Launch shape of a config's prefill kernel: the wgmma kernel on sm_90a for head dims 64, 128
@@ -68,6 +72,10 @@ KernelSpec kv_cache_write_spec(const std::string& arch);
 // The KV-cache write into an fp8 cache (since 0.8), from bf16 or fp16 keys and values.
 KernelSpec kv_cache_write_fp8_spec(bool bf16, const std::string& arch);
 KernelSpec merge_states_spec(bool bf16, const std::string& arch);
+// fj_merge_states_n's CUDA kernel (merge_states.cuh, since 0.10) for one head dim (a multiple of 8,
+// at most kMergeStatesNMaxHeadDim): kDecodeRows rows per CTA of kDecodeThreads threads.
+inline constexpr int kMergeStatesNMaxHeadDim = 256;
+KernelSpec merge_states_n_spec(bool bf16, int head_dim, const std::string& arch);
 
 // The CUDA kernel templates (templates/*.cuh), embedded into the library at build time: NVRTC
 // receives them as headers, and every kernel cache key hashes them.
