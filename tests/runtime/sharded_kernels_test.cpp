@@ -1,5 +1,5 @@
 // The kernels of sharded calls (context parallelism, fj::ShardedVariant) without a GPU: NVRTC
-// compiles of every standard mask's prefill (wgmma and mma.sync) and decode kernel in the
+// compiles of the standard masks' prefill (wgmma and mma.sync) and decode kernel in the
 // sharded form, read through ptxas's report (no spills, no serialized wgmma), and their names.
 // On the GPU, tests/gpu/shard_test.cpp checks what they compute.
 #include <catch2/catch.hpp>
@@ -52,11 +52,13 @@ TEST_CASE("sharded kernels are named apart and wrap the mask's variant", "[shard
   CHECK(whole.source.find("ShardedVariant") == std::string::npos);
 }
 
-TEST_CASE("sharded kernels of every standard mask compile without spills or serialized wgmma",
-          "[shard]") {
+TEST_CASE("sharded kernels compile without spills or serialized wgmma", "[shard]") {
   const flexjit::dsl::Module& module = standard_masks(Warnings::Refused);
   std::vector<std::pair<std::string, flexjit::PrefillKernelConfig>> kernels;
-  for (const char* name : flexjit::testing::kStandardVariants) {
+  // The variants whose hooks differ in kind: none, key terms read from an array (document,
+  // staged by the wgmma producer), a loop (prefix_ranges), divisions (chunked), scores.
+  for (const char* name : {"causal", "sliding", "prefix_ranges", "document", "chunked",
+                           "causal_alibi", "gemma2_local"}) {
     kernels.emplace_back(name, sharded_config(128, "sm_90a"));
   }
   kernels.emplace_back("causal", sharded_config(64, "sm_90a"));

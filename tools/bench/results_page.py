@@ -95,6 +95,18 @@ FAMILIES = {
         "flexjit": "attn_implementation=\"flexjit\" (flexjit.transformers); workloads "
                    "b<batch>_p<prompt tokens>, 128 new tokens",
     },
+    "context_parallel": {
+        "title": "Context parallelism: decode over N GPUs against one (tools/bench/cp_decode.py)",
+        "metric": "tokens_s", "extra": "gbps", "prefixes": ("cp_decode_",),
+        "flexjit": "flexjit with each request's K/V cache dealt over N GPUs (\"N ranks\") as "
+                   "vLLM's decode context parallelism deals it, in runs of 16 keys; a step is "
+                   "each rank's sharded decode, an NCCL all-gather of out and lse, and "
+                   "merge_states_n (the slowest rank's median step; one query token per "
+                   "request, so tokens/s = requests ÷ step). The peer \"one GPU\" is flexjit's "
+                   "unsharded decode of the same batch, so (flexjit N×) is the speedup of N GPUs; "
+                   "GB/s: the whole cache's bytes ÷ the step; cp_decode_b<requests>_<keys per "
+                   "request>: 32/8 heads of 128, bf16, page 16, causal",
+    },
     "compile": {
         "title": "Compile path", "metric": "value", "prefixes": (),
         "history": ("2026-11-22.md", "Compile path", "the CPU machine and the H100 host"),
