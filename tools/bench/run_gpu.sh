@@ -6,7 +6,7 @@
 # (report.md) and a copy of bench/results/ and the page go to $OUT, else /tmp/flexjit-bench:
 # commit bench/results/ and bench/RESULTS.md from there on the machine that commits. Extra
 # arguments go to bench.py (e.g. --quick, --only decode); a partial run replaces only the
-# families it ran.
+# families it ran. With two GPUs or more a whole run also measures context parallelism.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64:$PWD/.carry/lib:${LD_LIBRARY_PATH:-}"
@@ -26,6 +26,18 @@ python3 tools/bench/bench.py --json "$out/bench.json" --report "$out/report.md" 
 status=${PIPESTATUS[0]}
 if [[ -s "$out/bench.json" ]]; then
   python3 tools/bench/results_page.py ingest "$out/bench.json" || status=1
+fi
+# Context parallelism (tools/bench/cp_decode.py, the family context_parallel) needs two GPUs or
+# more: on such a machine a whole run (no --only) measures it too.
+if (($(nvidia-smi --list-gpus | wc -l) >= 2)) && [[ " $* " != *" --only "* ]]; then
+  python3 tools/bench/cp_decode.py --sequential 0 --json "$out/cp.json" 2>&1 | tee "$out/cp.log"
+  if [[ ${PIPESTATUS[0]} != 0 || ! -s "$out/cp.json" ]]; then
+    status=1
+  else
+    python3 tools/bench/results_page.py ingest "$out/cp.json" || status=1
+  fi
+fi
+if [[ -s "$out/bench.json" ]]; then
   mkdir -p "$out/results"
   cp bench/results/*.json "$out/results/"
   cp bench/RESULTS.md "$out/RESULTS.md"
