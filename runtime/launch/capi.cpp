@@ -556,8 +556,8 @@ Failure compile_failure(const Error& error);
 // A mask-independent kernel (KV-cache write, merge_states) for the current
 // device, compiled on first use and cached in the context: FJ_ERROR_CUDA without a device,
 // FJ_ERROR_COMPILE when NVRTC fails.
-std::optional<Failure> device_kernel(fj_context& context,
-                                     KernelSpec (*make_spec)(const std::string& arch),
+template <class MakeSpec>  // KernelSpec(const std::string& arch)
+std::optional<Failure> device_kernel(fj_context& context, const MakeSpec& make_spec,
                                      CompiledKernelPtr& kernel) {
   auto arch = current_device_arch();
   if (!arch) return fail(FJ_ERROR_CUDA, arch.error().message);
@@ -740,11 +740,11 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
     }
     return std::nullopt;
   }
-  if (auto f = enqueue_summaries(kernel, layout, workspace, device.params, stream)) return f;
   CompiledKernelPtr compiled = kernel.compiled;
   if (shard != nullptr) {
     if (auto f = sharded_kernel_of(kernel, compiled)) return f;
   }
+  if (auto f = enqueue_summaries(kernel, layout, workspace, device.params, stream)) return f;
   return launch(*compiled, static_cast<unsigned>(q_tiles), static_cast<unsigned>(num_sequences),
                 static_cast<unsigned>(device.num_kv_heads), static_cast<unsigned>(shape.threads),
                 static_cast<unsigned>(shape.smem_bytes), stream, &device);
@@ -1378,13 +1378,16 @@ FJ_API fj_status fj_merge_states_n(fj_context* context, const fj_merge_states_n_
       flexjit::cpu::merge_states_n(a, flexjit::cpu::ThreadPool::shared());
       return std::nullopt;
     }
-    // CUDA: the kernel of the head dim (merge_rows, the decode kernel's merge), compiled on first
-    // use for the current device and kept in the context's cache.
-    auto arch = flexjit::current_device_arch();
-    if (!arch) return fail(FJ_ERROR_CUDA, arch.error().message);
-    auto kernel = context->cache.get(
-        flexjit::merge_states_n_spec(a.dtype == FJ_DTYPE_BF16, a.head_dim, *arch));
-    if (!kernel) return flexjit::compile_failure(kernel.error());
+    // CUDA: the kernel of the head dim (merge_rows, the decode kernel's merge).
+    flexjit::CompiledKernelPtr kernel;
+    if (auto f = flexjit::device_kernel(
+            *context,
+            [&](const std::string& arch) {
+              return flexjit::merge_states_n_spec(a.dtype == FJ_DTYPE_BF16, a.head_dim, arch);
+            },
+            kernel)) {
+      return f;
+    }
     fj::MergeStatesNArgs device{};
     device.states_out = a.states_out;
     device.states_lse = a.states_lse;
@@ -1402,7 +1405,7 @@ FJ_API fj_status fj_merge_states_n(fj_context* context, const fj_merge_states_n_
     device.num_tokens = a.num_tokens;
     device.num_heads = a.num_heads;
     device.sinks = a.sinks;
-    return flexjit::launch(**kernel, static_cast<unsigned>(blocks), 1, 1, fj::kDecodeThreads, 0,
+    return flexjit::launch(*kernel, static_cast<unsigned>(blocks), 1, 1, fj::kDecodeThreads, 0,
                            stream, &device);
   });
 }

@@ -298,20 +298,6 @@ std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a,
                     "fewer keys than query tokens",
                     plan.work.short_request, plan.work.short_seq_len, plan.work.short_query_len));
   }
-  // A sharded run takes the kernels' sharded forms, which read the layout from `device`.
-  CompiledKernelPtr prefill_kernel = kernel.compiled;
-  CompiledKernelPtr decode_kernel = plan.decode_kernel;
-  unsigned decode_grid = plan.decode_grid;
-  if (shard) {
-    if (plan.prefill_grid > 0) {
-      if (auto f = sharded_kernel_of(kernel, prefill_kernel)) return f;
-    }
-    if (plan.decode_grid > 0) {
-      if (auto f = sharded_decode_of(plan)) return f;
-      decode_kernel = plan.sharded_decode_kernel;
-      decode_grid = plan.sharded_decode_grid;
-    }
-  }
   if (a.num_heads != plan.shape.num_heads || a.num_kv_heads != plan.shape.num_kv_heads) {
     return fail(FJ_ERROR_INVALID_ARGUMENT,
                 fmt::format("args have {} heads over {} kv heads, the plan {} over {}", a.num_heads,
@@ -325,6 +311,21 @@ std::optional<Failure> run_plan(fj_plan& plan, const fj_paged_attention_args& a,
   SummaryLayout layout;
   if (auto f = launch_summaries(kernel, device.params, a.workspace, a.workspace_bytes, layout)) {
     return f;
+  }
+  // After every check, before any work is enqueued: a sharded run takes the kernels' sharded
+  // forms, which read the layout from `device`.
+  CompiledKernelPtr prefill_kernel = kernel.compiled;
+  CompiledKernelPtr decode_kernel = plan.decode_kernel;
+  unsigned decode_grid = plan.decode_grid;
+  if (shard) {
+    if (plan.prefill_grid > 0) {
+      if (auto f = sharded_kernel_of(kernel, prefill_kernel)) return f;
+    }
+    if (plan.decode_grid > 0) {
+      if (auto f = sharded_decode_of(plan)) return f;
+      decode_kernel = plan.sharded_decode_kernel;
+      decode_grid = plan.sharded_decode_grid;
+    }
   }
   if (auto f = enqueue_summaries(kernel, layout, a.workspace, device.params, stream)) return f;
   const auto counts = reinterpret_cast<const fj::WorkCounts*>(plan.memory);

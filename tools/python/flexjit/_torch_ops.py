@@ -316,15 +316,20 @@ def _fake_checks(q, out, lse, sinks):
     for d in range(3):
         torch._check(out.shape[d] == q.shape[d],
                      lambda: f"flexjit: out {tuple(out.shape)} differs from q {tuple(q.shape)}")
+    _fake_lse(lse, q.shape[:2])
+    _fake_sinks(sinks, q.shape[1])
+
+
+def _fake_lse(lse, rows):
+    """What the fakes check of an LSE (None, or float32 of the output's [num_tokens,
+    num_heads], `rows`)."""
     if lse is not None:
         torch._check(lse.dim() == 2 and lse.dtype == torch.float32,
                      lambda: f"flexjit: lse is {lse.dtype} {tuple(lse.shape)}, expected float32 "
                      f"[num_tokens, num_heads]")
         for d in range(2):
-            torch._check(lse.shape[d] == q.shape[d],
-                         lambda: f"flexjit: lse {tuple(lse.shape)}, expected "
-                         f"{tuple(q.shape[:2])}")
-    _fake_sinks(sinks, q.shape[1])
+            torch._check(lse.shape[d] == rows[d],
+                         lambda: f"flexjit: lse {tuple(lse.shape)}, expected {tuple(rows)}")
 
 
 def _fake_scales(k_scale, v_scale):
@@ -425,14 +430,7 @@ def _merge_states_n_fake(states_out, states_lse, out, lse, sinks=None):
         torch._check(out.shape[d] == states_out.shape[d + 1],
                      lambda: f"flexjit: out {tuple(out.shape)}, expected "
                      f"{tuple(states_out.shape[1:])}")
-    if lse is not None:
-        torch._check(lse.dim() == 2 and lse.dtype == torch.float32,
-                     lambda: f"flexjit: lse is {lse.dtype} {tuple(lse.shape)}, expected float32 "
-                     f"[num_tokens, num_heads]")
-        for d in range(2):
-            torch._check(lse.shape[d] == states_out.shape[d + 1],
-                         lambda: f"flexjit: lse {tuple(lse.shape)}, expected "
-                         f"{tuple(states_out.shape[1:3])}")
+    _fake_lse(lse, states_out.shape[1:3])
     _fake_sinks(sinks, states_out.shape[2])
 
 
