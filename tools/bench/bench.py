@@ -110,20 +110,32 @@ def gpu_time_ms(fn, copies, quick, scale=1.0):
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 3, 1e-3)
-    warmup = int(min(max(25 * scale / estimate, 2), 50))
-    runs = int(min(max((60 if quick else 200) * scale / estimate, 10), 30 if quick else 100))
+    warmup, runs = run_counts(estimate, quick, scale)
     for i in range(warmup):
         fn(i % copies)
+    return event_times_ms(lambda i: fn(i % copies), runs, estimate), runs
+
+
+def run_counts(estimate, quick, scale=1.0):
+    """(warm-up runs, timed runs) for a run of about `estimate` ms: gpu_time_ms's counts."""
+    warmup = int(min(max(25 * scale / estimate, 2), 50))
+    runs = int(min(max((60 if quick else 200) * scale / estimate, 10), 30 if quick else 100))
+    return warmup, runs
+
+
+def event_times_ms(fn, runs, estimate, device=None):
+    """Median ms of `runs` runs of fn(i), each timed by its own pair of CUDA events; for short
+    runs (`estimate` < 2 ms) the GPU first sleeps while the host enqueues them all."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     if hasattr(torch.cuda, "_sleep") and estimate < 2:
         torch.cuda._sleep(int(runs * 2e5))  # ~0.1 ms of host time per run at ~2 GHz
     for i in range(runs):
         starts[i].record()
-        fn(i % copies)
+        fn(i)
         ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), runs
+    torch.cuda.synchronize(device)
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 def host_time_us(fn, calls):

@@ -212,8 +212,7 @@ def step_time_ms(fn, device, quick, group=False):
         agreed = torch.tensor([estimate], dtype=torch.float64, device=device)
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
         estimate = agreed.item()
-    warmup = int(min(max(25 / estimate, 2), 50))
-    runs = int(min(max((60 if quick else 200) / estimate, 10), 30 if quick else 100))
+    warmup, runs = bench.run_counts(estimate, quick)
     for _ in range(warmup):
         fn()
     synchronize(device)
@@ -226,16 +225,7 @@ def step_time_ms(fn, device, quick, group=False):
             fn()
             times.append((time.perf_counter() - started) * 1e3)
         return statistics.median(times), runs
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    if hasattr(torch.cuda, "_sleep") and estimate < 2:
-        torch.cuda._sleep(int(runs * 2e5))
-    for i in range(runs):
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize(device)
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), runs
+    return bench.event_times_ms(lambda i: fn(), runs, estimate, device), runs
 
 
 def error_note(error):
