@@ -21,6 +21,7 @@
 #include "flexjit/compiler/host_params.h"
 #include "flexjit/dsl/frontend.h"
 #include "random_ir.h"
+#include "random_launch.h"
 #include "standard_masks.h"
 
 namespace flexjit {
@@ -233,11 +234,6 @@ Variant variant_of(const ir::Expr& mask, const RandomExprOptions& options) {
   return variant;
 }
 
-int32_t random_int(RandomExpr& random) {
-  static constexpr int32_t kValues[] = {1024, 8192, kMin, kMin + 1, kMax, kMax - 1, -1, 0};
-  return random.pick(3) ? random.pick(60) - 5 : kValues[random.pick(8)];
-}
-
 // Values along an array's lines: runs of rising ids (documents, ranges), small values, and
 // int32 extremes; float arrays hold the same values halved, or special floats.
 HostArray random_array(RandomExpr& random, const ArrayDecl& decl) {
@@ -385,36 +381,8 @@ TEST_CASE("compiled interval analysis equals the walk on the standard masks", "[
     const MaskPlans plans = plan_mask(variant->mask);
     const MaskAnalysis analysis(*variant);
     for (int launch = 0; launch < 20; ++launch) {
-      // Two requests: rising ranges, runs of document ids, a prefix length (and a slope).
-      const int32_t window = 1 + random.pick(300);
-      std::vector<HostArray> arrays(variant->arrays.size());
-      for (size_t i = 0; i < arrays.size(); ++i) {
-        const RuntimeParam& array = variant->arrays[i];
-        HostArray& values = arrays[i];
-        values.rows = 2;
-        if (array.name == "ranges") {
-          values.cols = 16;
-          for (int32_t b = 0; b < 2; ++b) {
-            for (int32_t start = random.pick(40), r = 0; r < 8;
-                 ++r, start += 1 + random.pick(200)) {
-              const int32_t end = start + random.pick(100);
-              values.bits.insert(values.bits.end(), {start, end});
-              start = end;
-            }
-          }
-        } else if (array.name == "doc") {
-          values.cols = 1000;
-          for (int32_t b = 0; b < 2; ++b) {
-            for (int32_t id = 0; values.bits.size() < size_t(1000) * (b + 1); ++id)
-              values.bits.insert(values.bits.end(), 1 + random.pick(150), id);
-            values.bits.resize(size_t(1000) * (b + 1));
-          }
-        } else {
-          values.cols = 1;
-          values.bits = {random.pick(500), random.pick(500)};
-        }
-      }
-      const HostParams host(*variant, {window}, std::move(arrays));
+      // Two requests: rising ranges, runs of document ids, a prefix length, a window.
+      const HostParams host = standard_params(random, *variant, true);
       const fj::MaskParams& params = host.params();
       for (int t = 0; t < 500; ++t) {
         const int32_t q0 = random.pick(1000), k0 = random.pick(2) ? random.pick(1000) : q0;

@@ -55,6 +55,40 @@ Variant random_variant(const Expr& mask, const RandomExprOptions& options, const
   return variant;
 }
 
+Variant generated_variant(int index) {
+  RandomExprOptions options = mask_options(6);
+  // The variants as the cliffs test's known lists name them: drawn as before the bitwise
+  // operations existed.
+  options.bitwise = false;
+  // A per-head array instead of fdoc[b, kv]: the kernels meet `h` through it.
+  options.arrays[2] = {Type::Float, 2, "slopes", {"h"}};
+  RandomExpr random(29000 + static_cast<uint32_t>(index), options);
+  Expr mask;
+  switch (random.pick(4)) {
+    case 0:
+      mask = random.make(Type::Bool, 4);
+      break;
+    case 1:
+      mask = random.reduction(3);
+      break;
+    case 2:  // prefix_ranges' shape: causal || any(...)
+      mask = ir::Or::make(ir::GE::make(q(), kv()), random.reduction(3));
+      break;
+    default:
+      mask = ir::And::make(random.make(Type::Bool, 3), random.reduction(2));
+      break;
+  }
+  Expr score;
+  if (random.pick(2) == 0) {
+    options.score = true;
+    RandomExpr scores(39000 + static_cast<uint32_t>(index), options);
+    score = ir::run_passes(scores.make(Type::Float, 3));
+  }
+  Variant variant = random_variant(ir::run_passes(mask), options, score);
+  variant.name = variant.mask_name = "generated" + std::to_string(index);
+  return variant;
+}
+
 Expr Copier::mutate(const Expr& e) {
   switch (e.kind()) {
     case ExprKind::IntImm:

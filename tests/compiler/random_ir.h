@@ -93,6 +93,12 @@ RandomExprOptions mask_options(int mask_shapes);
 Variant random_variant(const ir::Expr& mask, const RandomExprOptions& options,
                        const ir::Expr& score = {});
 
+// Generated variant `index` of issue 29's set (tests/runtime/generated_masks_test.cpp, the
+// CUDA hooks of tests/compiler/emitted_hooks_test.cpp), named `generated<index>`: a mask (half
+// of them with an any/all at the language's limits) and, for half, a score; both through the
+// IR passes, as lowering runs them. The same variant for an index on every run.
+Variant generated_variant(int index);
+
 class RandomExpr {
  public:
   RandomExpr(uint32_t seed, RandomExprOptions options);

@@ -1,0 +1,170 @@
+// The CUDA hooks that emit_cuda_variant() writes (compiler/codegen/cuda/emit_cuda.cpp), compiled
+// for the host: fj_ops.cuh and variant_base.cuh are host-ready, and the hooks' __device__
+// __forceinline__ become plain inline functions. Without a GPU this checks what the kernels
+// compute of a mask, for every standard mask and variant, prefix_ranges with its any() written
+// as loops, and a sample of issue 29's generated variants (emitted_hook_variants.h):
+//
+// - mask() and score() (the split into request, query-row, key and element terms, rolled
+//   chains, constant-divisor helpers) give the evaluator's value, bit for bit (scores at the
+//   positions kernels meet, [0, 2^24): see SplitPositionDifferences in emit_cuda.cpp);
+// - kv_range() gives MaskAnalysis' range exactly (both fold the same kv plan);
+// - classify() gives MaskAnalysis' class, or Partial: a chain written as a loop combines its
+//   terms without the host's narrowing, which may only lose a decision, never make one.
+//
+// Over random launches (standard parameters, random ones, with the arrays' summaries and
+// without) and random tiles near 0, at negative positions and near the int32 ends.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "emitted_hook_variants.h"
+#include "flexjit/compiler/host_params.h"
+#include "random_ir.h"
+#include "random_launch.h"
+
+// Host spellings of the CUDA qualifiers the hooks carry (fj_ops.cuh has its own, FJ_HD).
+#define __device__
+#define __forceinline__ inline
+#include "variant_base.cuh"
+// The generated structs derive from fj::VariantBase.
+#include "emitted_hooks.inc"
+#undef __forceinline__
+#undef __device__
+
+namespace flexjit {
+namespace {
+
+using namespace testing;
+
+struct Counts {
+  int64_t classes = 0, decided = 0, coarser = 0, ranges = 0, masks = 0, scores = 0;
+};
+
+bool same_float(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || fj::float_to_bits(a) == fj::float_to_bits(b);
+}
+
+// A point of the tile: a corner or a random position inside it.
+int32_t inside(RandomExpr& random, int32_t lo, int32_t hi) {
+  const int64_t width = int64_t{hi} - lo;
+  switch (random.pick(4)) {
+    case 0:
+      return lo;
+    case 1:
+      return static_cast<int32_t>(hi - 1);
+    default:
+      return static_cast<int32_t>(
+          lo + std::uniform_int_distribution<int64_t>(0, width - 1)(random.rng()));
+  }
+}
+
+template <class Hooks>
+void check_tile(const Hooks& hooks, const Variant& variant, const MaskAnalysis& analysis,
+                const Tile& tile, const fj::MaskParams& params, RandomExpr& random,
+                Counts& counts) {
+  const TileClass want = analysis.classify(tile, &params);
+  const auto got = static_cast<TileClass>(
+      hooks.classify(params, tile.b, tile.h, tile.q0, tile.q1, tile.k0, tile.k1));
+  if (got != want && got != TileClass::Partial) {
+    FAIL("classify " << tile_text(tile) << ": emitted " << tile_class_name(got) << ", MaskAnalysis "
+                     << tile_class_name(want));
+  }
+  ++counts.classes;
+  counts.decided += want != TileClass::Partial;
+  counts.coarser += got != want;
+
+  const KvRange want_range = analysis.kv_range(tile.b, tile.h, tile.q0, tile.q1, &params);
+  const fj::KvRange got_range = hooks.kv_range(params, tile.b, tile.h, tile.q0, tile.q1);
+  if (got_range.lo != want_range.lo || got_range.hi != want_range.hi) {
+    FAIL("kv_range " << tile_text(tile) << ": emitted [" << got_range.lo << ", " << got_range.hi
+                     << "), MaskAnalysis [" << want_range.lo << ", " << want_range.hi << ")");
+  }
+  ++counts.ranges;
+
+  if (tile.q0 >= tile.q1 || tile.k0 >= tile.k1) return;
+  for (int i = 0; i < 4; ++i) {
+    const EvalPoint point{tile.b, tile.h, inside(random, tile.q0, tile.q1),
+                          inside(random, tile.k0, tile.k1), &params};
+    const bool mask = hooks.mask(params, point.b, point.h, point.q, point.kv);
+    if (mask != evaluate_mask(variant, point)) {
+      FAIL("mask at b " << point.b << " h " << point.h << " q " << point.q << " kv " << point.kv
+                        << ": emitted " << mask);
+    }
+    ++counts.masks;
+    // Scores where kernels meet them: the score hook computes float(q - kv) as float(q) -
+    // float(kv) (SplitPositionDifferences), equal for positions in [0, 2^24).
+    const bool kernel_positions =
+        point.q >= 0 && point.kv >= 0 && point.q < (1 << 24) && point.kv < (1 << 24);
+    if (!variant.has_score() || !kernel_positions) continue;
+    const std::vector<float>& specials = float_constants();
+    const float s = random.pick(4) == 0
+                        ? specials[random.pick(int(specials.size()))]
+                        : std::uniform_real_distribution<float>(-30.0f, 30.0f)(random.rng());
+    const float score = hooks.score(params, s, point.b, point.h, point.q, point.kv);
+    const float expected = evaluate_score(variant, s, point);
+    if (!same_float(score, expected)) {
+      FAIL("score of " << s << " at b " << point.b << " h " << point.h << " q " << point.q << " kv "
+                       << point.kv << ": emitted " << score << ", evaluator " << expected);
+    }
+    ++counts.scores;
+  }
+}
+
+template <class Hooks>
+void check_hooks(const Hooks& hooks, const Variant& variant, bool standard, RandomExpr& random,
+                 Counts& counts) {
+  const MaskAnalysis analysis(variant);
+  for (int launch = 0; launch < (standard ? 6 : 3); ++launch) {
+    const HostParams host = standard ? standard_params(random, variant, launch % 2 == 0)
+                                     : random_params(random, variant);
+    fj::MaskParams plain = host.params();
+    for (fj::ArrayParam& array : plain.array)
+      array.summary = nullptr;
+    for (int t = 0; t < 40; ++t) {
+      const Tile tile = random_tile(random);
+      INFO("launch " << launch << ", " << tile_text(tile));
+      check_tile(hooks, variant, analysis, tile, host.params(), random, counts);
+      check_tile(hooks, variant, analysis, tile, plain, random, counts);
+    }
+    // Aligned tiles near 0, where the standard masks' parameters place their structure.
+    if (!standard) continue;
+    const int32_t size = 16 << random.pick(3);
+    for (int32_t q0 = 0; q0 < 256; q0 += size) {
+      for (int32_t k0 = 0; k0 < 256; k0 += size) {
+        const Tile tile{random.pick(2), random.pick(4), q0, q0 + size, k0, k0 + size};
+        INFO("launch " << launch << ", " << tile_text(tile));
+        check_tile(hooks, variant, analysis, tile, host.params(), random, counts);
+      }
+    }
+  }
+}
+
+TEST_CASE("emitted CUDA hooks compute the evaluator's mask and score, MaskAnalysis' ranges",
+          "[emit][emitted_hooks]") {
+  const std::vector<Variant> variants = emitted_hook_variants();
+  REQUIRE(variants.size() == size_t(emitted_hooks::kCount));
+  Counts counts;
+  const size_t generated = size_t(kEmittedHookGenerated / kEmittedHookStride);
+  RandomExpr random(20261128, {});
+  emitted_hooks::for_each([&](const auto& hooks, int index) {
+    const Variant& variant = variants[index];
+    INFO(variant.name << ": mask " << ir::to_string(variant.mask).substr(0, 600));
+    REQUIRE(variant.name == emitted_hooks::kNames[index]);  // the build's header is current
+    const bool standard = size_t(index) < variants.size() - generated;
+    check_hooks(hooks, variant, standard, random, counts);
+  });
+  INFO(counts.classes << " classes (" << counts.decided << " decided by MaskAnalysis, "
+                      << counts.coarser << " left Partial by the hooks), " << counts.ranges
+                      << " kv ranges, " << counts.masks << " mask and " << counts.scores
+                      << " score values");
+  CHECK(counts.decided >= counts.classes / 4);
+  CHECK(counts.coarser <= counts.decided / 10);
+  CHECK(counts.scores >= counts.masks / 20);
+}
+
+}  // namespace
+}  // namespace flexjit
