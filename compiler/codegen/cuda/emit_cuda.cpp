@@ -113,8 +113,12 @@ using NarrowingPlans = std::unordered_map<const ir::ExprNode*, KvPlan>;
 // (up to 64 terms, nested two deep: 4096); unrolled in a hook that the kernels inline once per
 // element of a tile, such chains took NVRTC minutes and gigabytes and made ptxas spill
 // (prefix_ranges -D max_ranges=64: 116 s). Longer chains become loops (RolledChain). The
-// standard masks' chains (prefix_ranges: 8 terms) stay unrolled.
+// standard masks' chains (prefix_ranges: 8 terms) stay unrolled in the per-element hooks.
 constexpr size_t kMaxUnrolledTerms = 8;
+// The same for the per-tile hooks (classify, kv_range), whose interval code is many times the
+// scalar code per term and runs once per tile: unrolled, prefix_ranges' 8 terms took 11 of its
+// 16 s of NVRTC there. Rolled, a tile pays a loop of L1-cached loads.
+constexpr size_t kMaxUnrolledTileTerms = 2;
 
 // A left-nested || or && chain, as lowering writes any/all, with its runs of terms that differ
 // only in Int constants affine in the term's position: t_k = body[index := k], which the scalar
@@ -201,9 +205,9 @@ ir::Expr generalize(std::span<const ir::Expr> terms, const ir::Expr& index) {
   return ir::make_operation(first.kind(), operands);
 }
 
-// The runs of `e` if it is a chain of more than kMaxUnrolledTerms terms with a run of at least
+// The runs of `e` if it is a chain of more than `max_unrolled` terms with a run of at least
 // two; else nullopt (the chain is written as it is).
-std::optional<RolledChain> rolled_chain(const ir::Expr& e) {
+std::optional<RolledChain> rolled_chain(const ir::Expr& e, size_t max_unrolled) {
   if (e.kind() != ir::ExprKind::Or && e.kind() != ir::ExprKind::And) return std::nullopt;
   RolledChain chain;
   chain.kind = e.kind();
@@ -213,7 +217,7 @@ std::optional<RolledChain> rolled_chain(const ir::Expr& e) {
     at = ir::operand(at, 0);
   }
   chain.terms.push_back(at);
-  if (chain.terms.size() <= kMaxUnrolledTerms) return std::nullopt;
+  if (chain.terms.size() <= max_unrolled) return std::nullopt;
   std::reverse(chain.terms.begin(), chain.terms.end());
   bool rolls = false;
   const std::span<const ir::Expr> terms(chain.terms);
@@ -263,7 +267,9 @@ class StatementWriter {
     }
     const auto found = names_.find(e.get());
     if (found != names_.end()) return found->second;
-    if (std::optional<RolledChain> chain = rolled_chain(e)) return rolled(e, *chain);
+    if (intervals_ && point_inputs(e) == Points::Indexed) return scalar_point(e);
+    if (std::optional<RolledChain> chain = rolled_chain(e, max_unrolled()))
+      return rolled(e, *chain);
 
     const KvPlan* plan = narrowing_plan(e);
     std::vector<std::string> operands;
@@ -290,6 +296,7 @@ class StatementWriter {
     StatementWriter body(intervals_, std::move(prefix));
     body.names_ = names_;
     body.leaves_ = leaves_;
+    body.index_names_ = index_names_;
     body.approximate_tanh_ = approximate_tanh_;
     return body;
   }
@@ -298,11 +305,13 @@ class StatementWriter {
   StatementWriter lambda(std::string prefix, const NarrowingPlans* narrowing = nullptr) const {
     StatementWriter inner(intervals_, std::move(prefix), narrowing);
     inner.leaves_ = leaves_;
+    inner.index_names_ = index_names_;
     return inner;
   }
   // The value of leaf `index` (a RolledChain's) is the loop variable `name`.
   void bind_index(const ir::Expr& index, const std::string& name) {
     leaves_.emplace(index.get(), intervals_ ? fmt::format("fj::Interval::point({})", name) : name);
+    index_names_.emplace(index.get(), name);
   }
   // Adds the operations of a loop body that runs `count` times.
   void count_loop(const StatementWriter& body, size_t count) {
@@ -320,6 +329,50 @@ class StatementWriter {
     if (narrowing_ == nullptr) return nullptr;
     const auto found = narrowing_->find(e.get());
     return found == narrowing_->end() ? nullptr : &found->second;
+  }
+
+  // What an interval writer knows of a node's inputs: Points when every leaf is a single value
+  // in classify and kv_range (literals, b, h, scalar params) and no node is a float; Indexed
+  // when one of them is also a loop index; Ranged otherwise.
+  enum class Points { Ranged, Points, Indexed };
+  Points point_inputs(const ir::Expr& e) {
+    const auto found = point_inputs_.find(e.get());
+    if (found != point_inputs_.end()) return found->second;
+    Points result = Points::Points;
+    if (e.type() == ir::Type::Float) {
+      result = Points::Ranged;
+    } else if (index_names_.contains(e.get())) {
+      result = Points::Indexed;
+    } else if (e.kind() == ir::ExprKind::Var) {
+      const ir::Variable variable = e.as<ir::Var>()->variable;
+      if (variable != ir::Variable::B && variable != ir::Variable::H) result = Points::Ranged;
+    }
+    for (int i = 0; i < ir::operand_count(e.kind()) && result != Points::Ranged; ++i) {
+      const Points operand = point_inputs(ir::operand(e, i));
+      if (operand != Points::Points) result = operand;
+    }
+    point_inputs_.emplace(e.get(), result);
+    return result;
+  }
+
+  // A node of point inputs that reads a loop index (the index arithmetic of a rolled chain,
+  // `ranges[b, 2 * i + 1]`), as the point of its scalar value. The interval operations give
+  // the same point, but through bounds the compiler cannot see to be equal: a load's index
+  // would not fold to a point, and every load would carry the summary path (a rolled
+  // prefix_ranges' kv_range took NVRTC seconds so). Ints and bools only, whose interval
+  // operations on points are exact, so the host's analysis of the unrolled chain agrees.
+  std::string scalar_point(const ir::Expr& e) {
+    StatementWriter scalar(false, fresh("s") + "_");
+    for (const auto& [node, name] : index_names_)
+      scalar.leaves_.emplace(node, name);
+    const std::string value = scalar.value_of(e);
+    code_ += scalar.code();
+    std::string name = fmt::format("{}{}", prefix_, statement_count_++);
+    ++operations_;
+    code_ += fmt::format("    const fj::Interval {} = fj::Interval::{}({});\n", name,
+                         e.type() == ir::Type::Bool ? "boolean" : "point", value);
+    names_.emplace(e.get(), name);
+    return name;
   }
 
   // fj::ival::narrowed_or of a node with a narrowing plan (defined after KvRangeWriter).
@@ -482,6 +535,9 @@ class StatementWriter {
     }
   }
 
+  // Interval writers serve the per-tile hooks, scalar ones the per-element hooks.
+  size_t max_unrolled() const { return intervals_ ? kMaxUnrolledTileTerms : kMaxUnrolledTerms; }
+
   bool intervals_;
   bool approximate_tanh_ = false;
   std::string prefix_;
@@ -490,7 +546,9 @@ class StatementWriter {
   int statement_count_ = 0;
   int operations_ = 0;
   std::unordered_map<const ir::ExprNode*, std::string> names_;
-  std::unordered_map<const ir::ExprNode*, std::string> leaves_;  // bound leaves (loop indices)
+  std::unordered_map<const ir::ExprNode*, std::string> leaves_;       // bound leaves (loop indices)
+  std::unordered_map<const ir::ExprNode*, std::string> index_names_;  // loop indices, by name
+  std::unordered_map<const ir::ExprNode*, Points> point_inputs_;
   std::string code_;
 };
 
@@ -587,7 +645,7 @@ class KvRangeWriter {
         const char* combine = plan.kind == KvPlan::Intersect ? "intersect" : "hull";
         // A chain's plan nests to the left (Hull(Hull(c0, c1), c2)): the same fold flat.
         std::vector<const KvPlan*> flat;
-        for (const KvPlan* at = &plan; flat.size() <= kMaxUnrolledTerms;) {
+        for (const KvPlan* at = &plan; flat.size() <= kMaxUnrolledTileTerms;) {
           for (size_t i = at->children.size(); i-- > 1;)
             flat.push_back(&at->children[i]);
           const KvPlan& left = at->children[0];
@@ -597,7 +655,7 @@ class KvRangeWriter {
           }
           at = &left;
         }
-        if (flat.size() > kMaxUnrolledTerms) return rolled(plan, combine);
+        if (flat.size() > kMaxUnrolledTileTerms) return rolled(plan, combine);
         std::string result = bound_of(plan.children[0]);
         for (size_t i = 1; i < plan.children.size(); ++i) {
           const std::string child = bound_of(plan.children[i]);
@@ -615,7 +673,7 @@ class KvRangeWriter {
   }
 
  private:
-  // The children of a long Intersect or Hull (an any/all over more than kMaxUnrolledTerms
+  // The children of a long Intersect or Hull (an any/all over more than kMaxUnrolledTileTerms
   // terms) folded as bound_of folds them, runs of children that generalize (generalize_plans)
   // by a loop, as RolledChain does for the mask.
   std::string rolled(const KvPlan& plan, const char* combine) {
@@ -863,7 +921,7 @@ class SplitHook {
   void collect(const ir::Expr& e) {
     if (!visited_.insert(e.get()).second) return;
     // A chain written as a loop computes its terms' parts in the loop, where it is computed.
-    if (rolled_chain(e)) return;
+    if (rolled_chain(e, kMaxUnrolledTerms)) return;
     const Level at = level(e);
     for (int i = 0; i < ir::operand_count(e.kind()); ++i) {
       const ir::Expr& operand = ir::operand(e, i);
