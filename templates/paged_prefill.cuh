@@ -15,6 +15,7 @@
 // online softmax. A row with no visible key writes 0 and LSE -inf.
 #pragma once
 
+#include "element_bits.cuh"
 #include "fj_device.cuh"
 #include "fj_ops.cuh"
 #include "kernel_args.cuh"
@@ -742,8 +743,17 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     // sequence), then the online-softmax update.
     const bool check_elements = tile_class == TileClass::Partial || k0 + kPrefillBlockN > kv_end;
     float tile_max[2] = {neg_inf, neg_inf};
-    score_and_mask<kNTilesS>(variant, args.params, scale, rows, k0 + quad_col * 2, kv_end,
-                             check_elements, s, tile_max);
+    if constexpr (Variant::kRolledMask) {
+      // The element part is a loop: one loop over the elements into bits (element_bits.cuh).
+      const KeyTerms<Variant>* const no_staged = nullptr;
+      const auto bits = tile_element_bits<kNTilesS, false>(
+          check_elements, variant, args.params, rows, k0 + quad_col * 2, kv_end, no_staged);
+      score_and_mask<kNTilesS>(variant, args.params, scale, rows, k0 + quad_col * 2, kv_end,
+                               check_elements, s, tile_max, no_staged, bits);
+    } else {
+      score_and_mask<kNTilesS>(variant, args.params, scale, rows, k0 + quad_col * 2, kv_end,
+                               check_elements, s, tile_max);
+    }
     float rescale[2];
     float max_scaled[2];
     update_row_max(tile_max, row_max, row_sum, max_scaled, rescale);

@@ -454,8 +454,16 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
               variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged, window);
         } else if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
-          score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
-              variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged);
+          if constexpr (Variant::kRolledMask) {
+            // The element part is a loop: one loop over the elements into bits.
+            const auto bits = element_bits<kBlockN / 8, kStageKeyTerms>(variant, args.params, rows,
+                                                                        key0, kv_end, staged);
+            score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
+                variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged, bits);
+          } else {
+            score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
+                variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged);
+          }
         } else {
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
               variant, args.params, scale, rows, key0, kv_end, false, s, tile_max, staged);

@@ -58,6 +58,7 @@ struct ShardedVariant {
   static constexpr bool kDiagonal = false;
   static constexpr int kElementOperations = V::kElementOperations;
   static constexpr bool kKeyTermsLoad = V::kKeyTermsLoad;
+  static constexpr bool kRolledMask = V::kRolledMask;
 
   __device__ __forceinline__ ShardMap map(int b) const {
     return ShardMap{offsets != nullptr ? __ldg(offsets + b) : 0,

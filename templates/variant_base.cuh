@@ -24,6 +24,9 @@ struct VariantBase {
   static constexpr int kElementOperations = 0;
   // Whether the key terms read runtime arrays (the Hopper kernel's producer stages them).
   static constexpr bool kKeyTermsLoad = false;
+  // Whether the mask's element part is a loop (a rolled any/all): the kernels then evaluate a
+  // tile's elements by one loop into bits (element_bits.cuh) instead of inlining it per element.
+  static constexpr bool kRolledMask = false;
 
   // Terms of one request, of one query row, of one key, for the mask and for the score: none
   // unless the variant defines its own.

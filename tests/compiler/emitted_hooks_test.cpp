@@ -9,12 +9,15 @@
 //   positions kernels meet, [0, 2^24): see SplitPositionDifferences in emit_cuda.cpp);
 // - kv_range() gives MaskAnalysis' range exactly (both fold the same kv plan);
 // - classify() gives MaskAnalysis' class, or Partial: a chain written as a loop combines its
-//   terms without the host's narrowing, which may only lose a decision, never make one.
+//   terms without the host's narrowing, which may only lose a decision, never make one;
+// - element_bits() (templates/element_bits.cuh, the kernels' loop over a tile's elements for
+//   kRolledMask variants) holds each element's mask, key terms computed or staged.
 //
 // Over random launches (standard parameters, random ones, with the arrays' summaries and
 // without) and random tiles near 0, at negative positions and near the int32 ends.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +32,7 @@
 // Host spellings of the CUDA qualifiers the hooks carry (fj_ops.cuh has its own, FJ_HD).
 #define __device__
 #define __forceinline__ inline
+#include "element_bits.cuh"
 #include "variant_base.cuh"
 // The generated structs derive from fj::VariantBase.
 #include "emitted_hooks.inc"
@@ -41,7 +45,7 @@ namespace {
 using namespace testing;
 
 struct Counts {
-  int64_t classes = 0, decided = 0, coarser = 0, ranges = 0, masks = 0, scores = 0;
+  int64_t classes = 0, decided = 0, coarser = 0, ranges = 0, masks = 0, scores = 0, bits = 0;
 };
 
 bool same_float(float a, float b) {
@@ -114,6 +118,66 @@ void check_tile(const Hooks& hooks, const Variant& variant, const MaskAnalysis& 
   }
 }
 
+// A thread's rows as the kernels hold them (ThreadRows' fields that element_bits reads).
+template <class Hooks>
+struct Rows {
+  int b;
+  int q[2];
+  int head[2];
+  typename Hooks::MaskQueryTerms mask_query[2];
+};
+template <class Hooks>
+struct Staged {
+  typename Hooks::MaskKeyTerms mask;
+};
+
+// element_bits over kTiles n8 tiles from key0, the rows at q0 and q0 + 8 of one head (or two),
+// against the mask element by element.
+template <int kTiles, class Hooks>
+void check_element_bits(const Hooks& hooks, const fj::MaskParams& params, RandomExpr& random,
+                        Counts& counts) {
+  Rows<Hooks> rows{};
+  rows.b = random.pick(2);
+  const int32_t q0 = random.pick(4) ? random.pick(300) : random_start(random);
+  // Keys are int32 in the kernels: the tile's last key at most INT32_MAX.
+  const int32_t key0 =
+      std::min(random.pick(4) ? random.pick(300) : random_start(random), kMax - 8 * kTiles);
+  const auto request = hooks.mask_request_terms(params, rows.b);
+  for (int r = 0; r < 2; ++r) {
+    rows.q[r] = static_cast<int32_t>(std::min<int64_t>(int64_t{q0} + 8 * r, kMax));
+    rows.head[r] = random.pick(3);
+    rows.mask_query[r] = hooks.mask_query_terms(params, rows.b, rows.head[r], rows.q[r], request);
+  }
+  const int64_t keys_end = int64_t{key0} + 8 * kTiles;
+  const int32_t kv_end = static_cast<int32_t>(
+      random.pick(2) ? keys_end : std::max<int64_t>(key0 + 1, keys_end - random.pick(8 * kTiles)));
+  std::vector<Staged<Hooks>> staged(8 * kTiles);
+  for (int key = 0; key < 8 * kTiles; ++key) {
+    const int64_t kv = std::min<int64_t>(int64_t{key0} + key, kv_end - 1);
+    staged[key].mask = hooks.mask_key_terms(params, rows.b, static_cast<int32_t>(kv), request);
+  }
+  const fj::ElementBits<kTiles> computed =
+      fj::element_bits<kTiles, false>(hooks, params, rows, key0, kv_end, staged.data());
+  const fj::ElementBits<kTiles> read =
+      fj::element_bits<kTiles, true>(hooks, params, rows, key0, kv_end, staged.data());
+  for (int r = 0; r < 2; ++r) {
+    for (int j = 0; j < kTiles; ++j) {
+      for (int c = 0; c < 2; ++c) {
+        const int64_t kv = int64_t{key0} + 8 * j + c;
+        const bool want = kv < kv_end && hooks.mask(params, rows.b, rows.head[r], rows.q[r],
+                                                    static_cast<int32_t>(kv));
+        if (computed.keep(r, 8 * j + c) != want || read.keep(r, 8 * j + c) != want) {
+          FAIL("element_bits<" << kTiles << "> row " << r << " (q " << rows.q[r] << ", h "
+                               << rows.head[r] << ") key " << kv << " (kv_end " << kv_end
+                               << "): computed " << computed.keep(r, 8 * j + c) << ", staged "
+                               << read.keep(r, 8 * j + c) << ", mask " << want);
+        }
+        ++counts.bits;
+      }
+    }
+  }
+}
+
 template <class Hooks>
 void check_hooks(const Hooks& hooks, const Variant& variant, bool standard, RandomExpr& random,
                  Counts& counts) {
@@ -129,6 +193,10 @@ void check_hooks(const Hooks& hooks, const Variant& variant, bool standard, Rand
       INFO("launch " << launch << ", " << tile_text(tile));
       check_tile(hooks, variant, analysis, tile, host.params(), random, counts);
       check_tile(hooks, variant, analysis, tile, plain, random, counts);
+    }
+    for (int t = 0; t < 4; ++t) {
+      check_element_bits<16>(hooks, host.params(), random, counts);
+      check_element_bits<2>(hooks, host.params(), random, counts);
     }
     // Aligned tiles near 0, where the standard masks' parameters place their structure.
     if (!standard) continue;
@@ -160,7 +228,7 @@ TEST_CASE("emitted CUDA hooks compute the evaluator's mask and score, MaskAnalys
   INFO(counts.classes << " classes (" << counts.decided << " decided by MaskAnalysis, "
                       << counts.coarser << " left Partial by the hooks), " << counts.ranges
                       << " kv ranges, " << counts.masks << " mask and " << counts.scores
-                      << " score values");
+                      << " score values, " << counts.bits << " element bits");
   CHECK(counts.decided >= counts.classes / 4);
   CHECK(counts.coarser <= counts.decided / 10);
   CHECK(counts.scores >= counts.masks / 20);

@@ -319,6 +319,8 @@ class StatementWriter {
   }
 
   const std::string& code() const { return code_; }
+  // Whether a chain was written as a loop.
+  bool wrote_loop() const { return wrote_loop_; }
   // Operations written by value_of, a loop's body counted once per iteration.
   int statements() const { return operations_; }
   // Adds a statement of the caller's after those written so far.
@@ -384,6 +386,7 @@ class StatementWriter {
   // parts of a run's body that do not read the index are computed before the loop. Intervals
   // combine without narrowing (plan_narrowing's || plans): sound, coarser on such chains.
   std::string rolled(const ir::Expr& e, const RolledChain& chain) {
+    wrote_loop_ = true;
     const ir::Type type = ir::Type::Bool;
     const auto combine = [&](const std::string& a, const std::string& b) {
       if (intervals_) {
@@ -540,6 +543,7 @@ class StatementWriter {
 
   bool intervals_;
   bool approximate_tanh_ = false;
+  bool wrote_loop_ = false;
   std::string prefix_;
   const NarrowingPlans* narrowing_;
   int fresh_count_ = 0;
@@ -832,6 +836,7 @@ class SplitHook {
     }
     element_value_ = writers[kElement].value_of(root);
     element_operations_ = writers[kElement].statements();
+    element_loop_ = writers[kElement].wrote_loop();
     code_[kElement] = writers[kElement].code();
   }
 
@@ -873,6 +878,8 @@ class SplitHook {
 
   // Operations the element part computes (each a statement).
   int element_operations() const { return element_operations_; }
+  // Whether the element part holds a loop (a rolled any/all).
+  bool element_loop() const { return element_loop_; }
   // Whether the key terms read runtime arrays (doc[b, kv]): loads, not arithmetic.
   bool key_terms_load() const {
     for (const ir::Expr& term : terms_[kKey]) {
@@ -942,6 +949,7 @@ class SplitHook {
   std::string code_[kLevels];
   std::string element_value_;
   int element_operations_ = 0;
+  bool element_loop_ = false;
 };
 
 }  // namespace
@@ -985,6 +993,7 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
            mask_hook.element_operations() + score_hook.element_operations(), 0);
   constant("bool", "kKeyTermsLoad", mask_hook.key_terms_load() || score_hook.key_terms_load(),
            false);
+  constant("bool", "kRolledMask", mask_hook.element_loop(), false);
 
   std::string ranges;
   if (ir::uses_variable(mask, ir::Variable::Q)) {
