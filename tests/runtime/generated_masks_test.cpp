@@ -102,7 +102,6 @@ Variant causal_variant() {
 const std::vector<std::string> kKnownCliffs = {
     // (p * 3 < kv - 4) && any(i < 64: kv >= pos[i]), score 2.0: a key-level mask whose key
     // terms read arrays in a loop (the producer computes them on sm_90a); spills.
-    "prefill_generated0_hd256_bf16_page16_sm90a",
     "prefill_generated0_hd64_bf16_page16_sm80",
     // A 14-term || chain with a score: spills beyond causal's at sm_80 hd256.
     "prefill_generated40_hd256_bf16_page16_sm80",
@@ -111,7 +110,6 @@ const std::vector<std::string> kKnownCliffs = {
     "prefill_generated80_hd128_bf16_page16_sm90a",
     "prefill_generated80_hd256_bf16_page16_sm90a",
     "prefill_generated80_hd64_bf16_page16_sm80",
-    "prefill_generated80_hd256_bf16_page16_sm80",
 };
 
 // Kernels of the sample whose cold compile is over the limit, issue 29's compile-time item:
