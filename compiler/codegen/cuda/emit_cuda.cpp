@@ -263,7 +263,8 @@ class StatementWriter {
   std::string value_of(const ir::Expr& e) {
     if (ir::operand_count(e.kind()) == 0) {
       const auto bound = leaves_.find(e.get());
-      return bound != leaves_.end() ? bound->second : leaf(e);
+      if (bound == leaves_.end()) return leaf(e);
+      return intervals_ ? fmt::format("fj::Interval::point({})", bound->second) : bound->second;
     }
     const auto found = names_.find(e.get());
     if (found != names_.end()) return found->second;
@@ -296,7 +297,6 @@ class StatementWriter {
     StatementWriter body(intervals_, std::move(prefix));
     body.names_ = names_;
     body.leaves_ = leaves_;
-    body.index_names_ = index_names_;
     body.approximate_tanh_ = approximate_tanh_;
     return body;
   }
@@ -305,13 +305,11 @@ class StatementWriter {
   StatementWriter lambda(std::string prefix, const NarrowingPlans* narrowing = nullptr) const {
     StatementWriter inner(intervals_, std::move(prefix), narrowing);
     inner.leaves_ = leaves_;
-    inner.index_names_ = index_names_;
     return inner;
   }
   // The value of leaf `index` (a RolledChain's) is the loop variable `name`.
   void bind_index(const ir::Expr& index, const std::string& name) {
-    leaves_.emplace(index.get(), intervals_ ? fmt::format("fj::Interval::point({})", name) : name);
-    index_names_.emplace(index.get(), name);
+    leaves_.emplace(index.get(), name);
   }
   // Adds the operations of a loop body that runs `count` times.
   void count_loop(const StatementWriter& body, size_t count) {
@@ -343,7 +341,7 @@ class StatementWriter {
     Points result = Points::Points;
     if (e.type() == ir::Type::Float) {
       result = Points::Ranged;
-    } else if (index_names_.contains(e.get())) {
+    } else if (leaves_.contains(e.get())) {
       result = Points::Indexed;
     } else if (e.kind() == ir::ExprKind::Var) {
       const ir::Variable variable = e.as<ir::Var>()->variable;
@@ -365,8 +363,7 @@ class StatementWriter {
   // operations on points are exact, so the host's analysis of the unrolled chain agrees.
   std::string scalar_point(const ir::Expr& e) {
     StatementWriter scalar(false, fresh("s") + "_");
-    for (const auto& [node, name] : index_names_)
-      scalar.leaves_.emplace(node, name);
+    scalar.leaves_ = leaves_;
     const std::string value = scalar.value_of(e);
     code_ += scalar.code();
     std::string name = fmt::format("{}{}", prefix_, statement_count_++);
@@ -550,8 +547,8 @@ class StatementWriter {
   int statement_count_ = 0;
   int operations_ = 0;
   std::unordered_map<const ir::ExprNode*, std::string> names_;
-  std::unordered_map<const ir::ExprNode*, std::string> leaves_;       // bound leaves (loop indices)
-  std::unordered_map<const ir::ExprNode*, std::string> index_names_;  // loop indices, by name
+  // Bound leaves: a RolledChain's index, by its loop variable's name.
+  std::unordered_map<const ir::ExprNode*, std::string> leaves_;
   std::unordered_map<const ir::ExprNode*, Points> point_inputs_;
   std::string code_;
 };
