@@ -634,9 +634,35 @@ FJ_HD i64 max64(i64 a, i64 b) {
   return a < b ? b : a;
 }
 // Exact floor division of values in int32 range (no wrap: INT_MIN / -1 == 2^31); b != 0.
+// In 32-bit arithmetic: a 64-bit division is a call on the GPU, and ptxas serializes every
+// wgmma of a kernel that makes a call beside live accumulators (C7520, docs/hopper.md).
 FJ_HD i64 floordiv64(i64 a, i64 b) {
-  const i64 quotient = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? quotient - 1 : quotient;
+  if (b == -1) return -a;
+  const i32 a32 = static_cast<i32>(a), b32 = static_cast<i32>(b);
+  const i32 quotient = a32 / b32;
+  const i32 remainder = a32 - quotient * b32;
+  return (remainder != 0 && ((remainder < 0) != (b32 < 0))) ? quotient - 1 : quotient;
+}
+
+// floor(x / c) for |x| < 2^63 and 1 <= c <= 2^31, exact, without a 64-bit division (a call on
+// the GPU, above): 32-bit where x fits, else one quotient bit per step (the remainder stays
+// below c), which only bounds far outside int32 take.
+FJ_HD i64 floordiv_wide(i64 x, i64 c) {
+  if (x >= kInt32Min && x <= kInt32Max && c <= kInt32Max) return floordiv64(x, c);
+  const unsigned long long n =
+      x < 0 ? 0ull - static_cast<unsigned long long>(x) : static_cast<unsigned long long>(x);
+  const unsigned long long d = static_cast<unsigned long long>(c);
+  unsigned long long quotient = 0, remainder = 0;
+#pragma unroll 1
+  for (int bit = 62; bit >= 0; --bit) {
+    remainder = (remainder << 1) | ((n >> bit) & 1ull);
+    if (remainder >= d) {
+      remainder -= d;
+      quotient |= 1ull << bit;
+    }
+  }
+  const i64 magnitude = static_cast<i64>(quotient);
+  return x >= 0 ? magnitude : -magnitude - (remainder != 0 ? 1 : 0);
 }
 }  // namespace detail
 
@@ -1338,15 +1364,20 @@ namespace detail {
 // x / c rounded down or up, c > 0, keeping unbounded ends unbounded.
 FJ_HD i64 divide_end(i64 x, i64 c, bool round_up) {
   if (x <= -kUnbounded || x >= kUnbounded) return x;
-  const i64 q = fj::detail::floordiv64(x, c);
+  const i64 q = fj::detail::floordiv_wide(x, c);
   return round_up && q * c != x ? q + 1 : q;
 }
 // x * c + add, c > 0, saturating, keeping unbounded ends unbounded.
 FJ_HD i64 multiply_end(i64 x, i64 c, i64 add) {
   if (x <= -kUnbounded || x >= kUnbounded) return x;
-  if (x > kUnbounded / c) return kUnbounded;
-  if (x < -kUnbounded / c) return -kUnbounded;
-  return saturate(x * c + add);
+  // c < 2^31: |x * c| exceeds 2^62 once (|x| >> 31) * c exceeds 2^31, and is below 2^63
+  // (exact) otherwise. No division: a 64-bit one is a call on the GPU (detail::floordiv64).
+  const i64 magnitude = x < 0 ? -x : x;
+  if ((magnitude >> 31) * c > (i64{1} << 31)) return x < 0 ? -kUnbounded : kUnbounded;
+  const i64 product = x * c;
+  if (product > kUnbounded) return kUnbounded;
+  if (product < -kUnbounded) return -kUnbounded;
+  return saturate(product + add);
 }
 }  // namespace detail
 

@@ -123,6 +123,70 @@ TEST_CASE("floor division by a constant divisor matches the general one", "[sema
   check_constant_divisor<kMax>(rng);
 }
 
+// The interval and kv-range bounds' floor divisions (fj_ops.cuh), written without a 64-bit
+// division (a call on the GPU), against __int128's: floordiv64 over int32 operands (INT_MIN / -1
+// included), floordiv_wide over |x| <= 2^62 and divisors in [1, 2^31], and kvr's multiply_end.
+TEST_CASE("the bounds' divisions and products are exact without a 64-bit division", "[semantics]") {
+  const auto floor_quotient = [](__int128 x, __int128 c) {
+    const __int128 q = x / c;
+    return static_cast<int64_t>((x % c != 0 && ((x < 0) != (c < 0))) ? q - 1 : q);
+  };
+  std::mt19937_64 rng(29);
+  std::uniform_int_distribution<int32_t> any(kMin, kMax);
+  std::uniform_int_distribution<int32_t> small(-70, 70);
+  const int32_t edges[] = {kMin, kMin + 1, -2, -1, 0, 1, 2, kMax - 1, kMax};
+  for (int i = 0; i < 200000; ++i) {
+    const int32_t a = i < 81 ? edges[i % 9] : (i % 2 ? any(rng) : small(rng));
+    int32_t b = i < 81 ? edges[i / 9] : (i % 3 ? small(rng) : any(rng));
+    if (b == 0) b = 1;
+    INFO(a << " / " << b);
+    REQUIRE(fj::detail::floordiv64(a, b) == floor_quotient(a, b));
+  }
+  constexpr int64_t kWide = int64_t{1} << 62;
+  std::uniform_int_distribution<int64_t> wide(-kWide, kWide);
+  std::uniform_int_distribution<int64_t> divisor(1, int64_t{1} << 31);
+  const int64_t wide_edges[] = {
+      -kWide, -kWide + 1, -(int64_t{1} << 53) - 1, int64_t{kMin} - 1,      kMin,      -1,   0,
+      1,      kMax,       int64_t{kMax} + 1,       (int64_t{1} << 53) + 1, kWide - 1, kWide};
+  const int64_t divisor_edges[] = {1, 2, 3, 7, 1000003, kMax, int64_t{1} << 31};
+  for (const int64_t x : wide_edges) {
+    for (const int64_t c : divisor_edges) {
+      INFO(x << " / " << c);
+      REQUIRE(fj::detail::floordiv_wide(x, c) == floor_quotient(x, c));
+    }
+  }
+  for (int i = 0; i < 200000; ++i) {
+    const int64_t c = i % 4 == 0 ? divisor(rng) : 1 + static_cast<int64_t>(rng() % 100);
+    // Multiples of c and their neighbours, where rounding would show.
+    int64_t x = wide(rng);
+    if (i % 3 == 0) x = x / c * c + static_cast<int64_t>(rng() % 3) - 1;
+    INFO(x << " / " << c);
+    REQUIRE(fj::detail::floordiv_wide(x, c) == floor_quotient(x, c));
+  }
+  // kvr's x * c + add (c an int32 constant > 0, 0 <= add < c), saturated at +-2^62 and +-2^62
+  // once |x * c| exceeds it, as the division-based check defined it.
+  std::uniform_int_distribution<int64_t> multiplier(1, kMax);
+  for (int i = 0; i < 200000; ++i) {
+    const int64_t c = i % 2 ? multiplier(rng) : 1 + static_cast<int64_t>(rng() % 1000);
+    int64_t x = wide(rng);
+    if (i % 3 == 0) x = kWide / c * (i % 2 ? 1 : -1) + static_cast<int64_t>(rng() % 3) - 1;
+    if (i % 5 == 0) x = static_cast<int64_t>(any(rng));
+    const int64_t add = i % 2 ? 0 : c - 1;
+    __int128 expected = static_cast<__int128>(x) * c;
+    if (x <= -kWide || x >= kWide) {
+      expected = x;
+    } else if (expected > kWide) {
+      expected = kWide;
+    } else if (expected < -kWide) {
+      expected = -kWide;
+    } else {
+      expected = std::clamp<__int128>(expected + add, -kWide, kWide);
+    }
+    INFO(x << " * " << c << " + " << add);
+    REQUIRE(fj::kvr::detail::multiply_end(x, c, add) == static_cast<int64_t>(expected));
+  }
+}
+
 TEST_CASE("arithmetic wraps around modulo 2^32", "[semantics]") {
   CHECK(fj::wrap_add(kMax, 1) == kMin);
   CHECK(fj::wrap_add(kMin, -1) == kMax);
