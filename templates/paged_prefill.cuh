@@ -204,13 +204,22 @@ __device__ __forceinline__ float exp2_factor(float scale) {
   return fold_scale<Variant>(scale) ? scale * kLog2e : kLog2e;
 }
 
-// The key terms of the mask and the score hooks for one key, as a producer stages them in
-// shared memory where they read arrays (Variant::kKeyTermsLoad: the Hopper kernel).
+// The key terms of the mask and the score hooks for one key, as a kernel stages them in shared
+// memory (kStagedKeyTerms).
 template <class Variant>
 struct KeyTerms {
   typename Variant::MaskKeyTerms mask;
   typename Variant::ScoreKeyTerms score;
 };
+
+// Whether a kernel computes each key's terms once per tile into shared memory, for the threads
+// that check the tile's elements to read, rather than each of them computing the keys it meets:
+// where the terms hold a loop (Variant::kKeyTermsLoop: a rolled any/all of the key, hundreds of
+// operations a key, which inlined beside the tile's accumulators made ptxas spill them), in
+// every kernel that checks elements of tiles; where they read arrays (kKeyTermsLoad:
+// doc[b, kv]) in the wgmma kernel, whose producer takes the loads off the consumers' path.
+template <class Variant, bool kWgmma>
+constexpr bool kStagedKeyTerms = Variant::kKeyTermsLoop || (kWgmma && Variant::kKeyTermsLoad);
 
 // Element operations from which a mask's Partial tiles take the branch-free select and, for
 // kDiagonal masks, the diagonal window (paged_prefill_sm90.cuh). Below it nvcc already makes the
@@ -614,6 +623,12 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
 
   load_q_rows<kHeadDim, kPrefillBlockM, kPrefillThreads, PaddedRows<kHeadDim>, kPageSize == 0>(
       q_tile, args, block);
+  // Only the tiles of the keys the mask's kv range admits are visited
+  // (docs/architecture.md#tile-analysis); inside it, classify() still skips Empty tiles. Computed
+  // while Q's copies are in flight, before Q's fragments and O take registers: a range of long
+  // any/all chains spilled beside them.
+  const KvRange range =
+      kv_range_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi);
   cp_async_wait_all();
   __syncthreads();
 
@@ -663,10 +678,6 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
                             kUnit;
 
   const int kv_end = kv_end_of<kPageSize>(args, seq_len);
-  // Only the tiles of the keys the mask's kv range admits are visited
-  // (docs/architecture.md#tile-analysis); inside it, classify() still skips Empty tiles.
-  const KvRange range =
-      kv_range_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi);
   const int visible_end = min(range.hi, kv_end);
   const int first_tile = range.lo / kPrefillBlockN;
   const int end_tile =
@@ -675,6 +686,9 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   // CTA's threads share the work instead of each repeating it for every tile (a classify that
   // reads array summaries costs tens of loads).
   __shared__ TileClass tile_classes[kPrefillThreads];
+  // Each key's terms of the current tile, where the variant's are staged (kStagedKeyTerms).
+  constexpr bool kStageKeys = kStagedKeyTerms<Variant, false>;
+  __shared__ KeyTerms<Variant> staged_keys[kStageKeys ? kPrefillBlockN : 1];
   for (int tile = first_tile; tile < end_tile; ++tile) {
     const int k0 = tile * kPrefillBlockN;
     const int slot = (tile - first_tile) % kPrefillThreads;
@@ -719,6 +733,23 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
                                   smem_address(v_tile) + high);
       }
     }
+    const bool check_elements = tile_class == TileClass::Partial || k0 + kPrefillBlockN > kv_end;
+    if constexpr (kStageKeys) {
+      // Key k's terms by thread k, for every warp that meets the key (the score's on every
+      // tile, the mask's where elements are checked); keys past the sequence take the last
+      // key's, as score_and_mask's own do. The barrier below publishes them.
+      if (threadIdx.x < kPrefillBlockN && (check_elements || Variant::kHasScore)) {
+        const int kv = min(k0 + static_cast<int>(threadIdx.x), kv_end - 1);
+        KeyTerms<Variant> terms{};
+        terms.score = variant.score_key_terms(args.params, request, kv,
+                                              variant.score_request_terms(args.params, request));
+        if (check_elements) {
+          terms.mask = variant.mask_key_terms(args.params, request, kv,
+                                              variant.mask_request_terms(args.params, request));
+        }
+        staged_keys[threadIdx.x] = terms;
+      }
+    }
     __syncthreads();
 
     // S = Q K^T for the warp's 16 rows and the tile's 64 keys.
@@ -741,18 +772,18 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
 
     // Scale, score_mod, mask (per element only where the tile is Partial or runs past the
     // sequence), then the online-softmax update.
-    const bool check_elements = tile_class == TileClass::Partial || k0 + kPrefillBlockN > kv_end;
     float tile_max[2] = {neg_inf, neg_inf};
+    // The staged terms of the thread's keys k0 + quad_col * 2 + 8 j + c (unused unless staged).
+    const KeyTerms<Variant>* const staged = kStageKeys ? staged_keys + quad_col * 2 : nullptr;
     if constexpr (Variant::kRolledMask) {
       // The element part is a loop: one loop over the elements into bits (element_bits.cuh).
-      const KeyTerms<Variant>* const no_staged = nullptr;
-      const auto bits = tile_element_bits<kNTilesS, false>(
-          check_elements, variant, args.params, rows, k0 + quad_col * 2, kv_end, no_staged);
-      score_and_mask<kNTilesS>(variant, args.params, scale, rows, k0 + quad_col * 2, kv_end,
-                               check_elements, s, tile_max, no_staged, bits);
+      const auto bits = tile_element_bits<kNTilesS, kStageKeys>(
+          check_elements, variant, args.params, rows, k0 + quad_col * 2, kv_end, staged);
+      score_and_mask<kNTilesS, 1, kStageKeys>(variant, args.params, scale, rows, k0 + quad_col * 2,
+                                              kv_end, check_elements, s, tile_max, staged, bits);
     } else {
-      score_and_mask<kNTilesS>(variant, args.params, scale, rows, k0 + quad_col * 2, kv_end,
-                               check_elements, s, tile_max);
+      score_and_mask<kNTilesS, 1, kStageKeys>(variant, args.params, scale, rows, k0 + quad_col * 2,
+                                              kv_end, check_elements, s, tile_max, staged);
     }
     float rescale[2];
     float max_scaled[2];

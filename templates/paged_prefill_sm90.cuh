@@ -28,12 +28,26 @@ namespace fj {
 __shared__ __align__(8) unsigned long long fj_wgmma_barriers[2 * kWgmmaMaxStages];
 __shared__ int fj_wgmma_tile_list[kWgmmaTileList];  // tile * 4 + TileClass
 __shared__ int fj_wgmma_warp_counts[(kWgmmaThreads - kWgmmaProducerThreads) / kWarpThreads];
+// A block's kv range, computed by one role for the other, one slot per block parity
+// (KvPipeline).
+__shared__ KvRange fj_wgmma_kv_range[2];
+
+// Which role computes a block's kv range: the consumers (0, the default build) or the producer
+// (1). The runtime compiles the second where ptxas's report on the first shows serialized wgmma
+// or spills, and keeps the better (KernelSpec::fallback_options, compile_spec): the range's
+// interval code beside the consumers' accumulators made ptxas serialize the Longformer mask's
+// wgmma ("WG.AR in divergent path"), and in the producer's 72 registers it spills for long
+// any/all chains; neither can be told from the mask.
+#ifndef FJ_WGMMA_PRODUCER_KV_RANGE
+#define FJ_WGMMA_PRODUCER_KV_RANGE 0
+#endif
 
 // The K/V ring as each thread sees it: `tiles` counts the tiles that have gone through it, so
 // the i-th tile overall uses stage i % stages in phase i / stages, for producer and
 // consumers alike, across blocks of a persistent launch.
 struct KvPipeline {
   u32 tiles = 0;
+  u32 blocks = 0;  // blocks begun, for the kv range's slot
   __device__ __forceinline__ u32 full(int stage) const {
     return smem_address(fj_wgmma_barriers) + 8u * stage;
   }
@@ -42,13 +56,14 @@ struct KvPipeline {
   }
 };
 
-// Where the key terms read arrays (Variant::kKeyTermsLoad: doc[b, kv]) the producer stages each
-// tile's in shared memory beside its K/V stage, so that a consumer's Partial tile reads them
-// there instead of waiting on global loads between its S and its softmax: one slot per key of
-// each stage, else one unused slot.
+// Where the key terms read arrays (Variant::kKeyTermsLoad: doc[b, kv]) or hold a loop
+// (kKeyTermsLoop; kStagedKeyTerms) the producer stages each tile's in shared memory beside its
+// K/V stage, so that a consumer's Partial tile reads them there instead of waiting on global
+// loads, or running the loop per key it meets, between its S and its softmax: one slot per key
+// of each stage, else one unused slot.
 template <class Variant, int kHeadDim>
 FJ_HD constexpr int wgmma_key_term_slots() {
-  return Variant::kKeyTermsLoad
+  return kStagedKeyTerms<Variant, true>
              ? wgmma_stages(kHeadDim, wgmma_block_n(kHeadDim, Variant::kElementOperations)) *
                    wgmma_block_n(kHeadDim, Variant::kElementOperations)
              : 1;
@@ -72,7 +87,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   constexpr int kKSteps = kHeadDim / 16;              // k16 steps of Q·K^T
   constexpr int kOChunks = kHeadDim / kChunkColumns;  // 64-column accumulators of O
   constexpr int kKeyBatch = kHeadDim <= 128 && kBlockN == 64 ? 4 : 1;  // score_and_mask's
-  constexpr bool kStageKeyTerms = Variant::kKeyTermsLoad;
+  constexpr bool kStageKeyTerms = kStagedKeyTerms<Variant, true>;
 
   extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
   // The swizzle pattern repeats every 1024 bytes: tiles start on such a boundary.
@@ -111,8 +126,20 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
 
   // Only the tiles of the keys the mask's kv range admits are visited
   // (docs/architecture.md#tile-analysis); inside it, classify() drops Empty tiles from the list.
-  const KvRange range =
-      kv_range_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi);
+  // One role computes the range (FJ_WGMMA_PRODUCER_KV_RANGE) and hands it to the other through
+  // shared memory. A slot is written again two blocks later, after a barrier that the reading
+  // role reaches only once it has read it.
+  constexpr bool kRangeByProducer = FJ_WGMMA_PRODUCER_KV_RANGE != 0;
+  KvRange range{};
+  const int range_slot = static_cast<int>(pipe.blocks++ % 2);
+  if constexpr (kProducer == kRangeByProducer) {
+    range = kv_range_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi);
+    if (threadIdx.x == (kRangeByProducer ? 0 : kWgmmaProducerThreads)) {
+      fj_wgmma_kv_range[range_slot] = range;
+    }
+  }
+  cta_barrier();
+  if constexpr (kProducer != kRangeByProducer) range = fj_wgmma_kv_range[range_slot];
   const int visible_end = min(range.hi, kv_end);
   const int first_tile = range.lo / kBlockN;
   const int end_tile = range.lo < visible_end ? (visible_end + kBlockN - 1) / kBlockN : first_tile;

@@ -59,6 +59,7 @@ struct ShardedVariant {
   static constexpr int kElementOperations = V::kElementOperations;
   static constexpr bool kKeyTermsLoad = V::kKeyTermsLoad;
   static constexpr bool kRolledMask = V::kRolledMask;
+  static constexpr bool kKeyTermsLoop = V::kKeyTermsLoop;
 
   __device__ __forceinline__ ShardMap map(int b) const {
     return ShardMap{offsets != nullptr ? __ldg(offsets + b) : 0,

@@ -27,6 +27,9 @@ struct VariantBase {
   // Whether the mask's element part is a loop (a rolled any/all): the kernels then evaluate a
   // tile's elements by one loop into bits (element_bits.cuh) instead of inlining it per element.
   static constexpr bool kRolledMask = false;
+  // Whether the key terms hold a loop (a rolled any/all of the key alone): the kernels then
+  // compute each key's once per tile into shared memory (kStagedKeyTerms, paged_prefill.cuh).
+  static constexpr bool kKeyTermsLoop = false;
 
   // Terms of one request, of one query row, of one key, for the mask and for the score: none
   // unless the variant defines its own.

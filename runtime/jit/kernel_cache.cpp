@@ -132,6 +132,12 @@ std::string KernelCache::key(const KernelSpec& spec) {
   hasher.add_number(spec.options.size());
   for (const std::string& option : spec.options)
     hasher.add_field(option);
+  // A spec without fallback options keeps the key it had before they existed.
+  if (!spec.fallback_options.empty()) {
+    hasher.add_number(spec.fallback_options.size());
+    for (const std::string& option : spec.fallback_options)
+      hasher.add_field(option);
+  }
   return hasher.hex();
 }
 
@@ -190,13 +196,50 @@ std::vector<NvrtcHeader> template_headers() {
   return headers;
 }
 
-Result<CacheEntry> KernelCache::compile(const KernelSpec& spec, const std::string& key) {
+Result<CompiledSpec> compile_spec(const KernelSpec& spec, bool report) {
   const std::vector<NvrtcHeader> headers = template_headers();
+  const bool choose = !spec.fallback_options.empty();
+  std::vector<std::string> options = spec.options;
+  if (report || choose) options.emplace_back(kPtxasVerboseOption);
+  Result<NvrtcOutput> first =
+      nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, options);
+  if (!first || !choose) {
+    if (!first) return first.error();
+    return CompiledSpec{std::move(*first), spec.options};
+  }
+  const auto first_resources = parse_ptxas_resources(first->log, spec.name);
+  if (!first_resources) return CompiledSpec{std::move(*first), spec.options};
+  const auto clean = [](const PtxasResources& r) {
+    return !r.wgmma_serialized && r.spill_store_bytes == 0 && r.spill_load_bytes == 0;
+  };
+  if (clean(*first_resources)) return CompiledSpec{std::move(*first), spec.options};
+  std::vector<std::string> fallback = spec.options;
+  fallback.insert(fallback.end(), spec.fallback_options.begin(), spec.fallback_options.end());
+  options = fallback;
+  options.emplace_back(kPtxasVerboseOption);
+  // The fallback build failing (or unreported) keeps the first: it is an alternative, not the
+  // kernel.
+  Result<NvrtcOutput> second =
+      nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, options);
+  if (!second) return CompiledSpec{std::move(*first), spec.options};
+  const auto second_resources = parse_ptxas_resources(second->log, spec.name);
+  if (!second_resources) return CompiledSpec{std::move(*first), spec.options};
+  const auto cost = [](const PtxasResources& r) {
+    return std::pair{r.wgmma_serialized, r.spill_store_bytes + r.spill_load_bytes};
+  };
+  if (cost(*second_resources) < cost(*first_resources)) {
+    return CompiledSpec{std::move(*second), std::move(fallback)};
+  }
+  return CompiledSpec{std::move(*first), spec.options};
+}
+
+Result<CacheEntry> KernelCache::compile(const KernelSpec& spec, const std::string& key) {
   compile_count_.fetch_add(1);
   log(LogLevel::Debug, "compiling {} ({}) with NVRTC", spec.name, key);
   const auto start = std::chrono::steady_clock::now();
+  Result<CompiledSpec> compiled = compile_spec(spec, false);
   Result<NvrtcOutput> output =
-      nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, spec.options);
+      compiled ? Result<NvrtcOutput>(std::move(compiled->output)) : compiled.error();
   log(LogLevel::Info, "compiled {} in {:.2f} s{}", spec.name,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
       output ? "" : " (failed)");

@@ -79,6 +79,21 @@ inline constexpr std::string_view kFailedSourceDir = "flexjit-failed";
 // Every embedded template as a header NVRTC may include by name: what the cache compiles with.
 std::vector<NvrtcHeader> template_headers();
 
+// A spec compiled: NVRTC's output and the options it was compiled with (the spec's, plus its
+// fallback options where that build was kept).
+struct CompiledSpec {
+  NvrtcOutput output;
+  std::vector<std::string> options;
+};
+
+// Compiles `spec` with the templates. A spec with fallback options is compiled with ptxas's
+// report; where it shows serialized wgmma or spills, the build with the fallback options added
+// is compiled too, and the better kept: wgmma not serialized first, then fewer spill bytes, the
+// first build on a tie. ptxas's choices there cannot be told from the source (issue 29: which
+// role of the wgmma kernel computes a block's kv range decides it for some masks and not for
+// others). With `report` the log of the kept build holds ptxas's report.
+Result<CompiledSpec> compile_spec(const KernelSpec& spec, bool report);
+
 // Compiled kernels by key, for the life of the cache.
 class KernelCache {
  public:

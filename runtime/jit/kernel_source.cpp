@@ -108,6 +108,8 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
       fmt::arg("variant", kernel_variant(config, variant)), fmt::arg("head_dim", config.head_dim),
       fmt::arg("bf16", config.bf16 ? "true" : "false"), fmt::arg("page", config.page_size),
       fmt::arg("kv_fp8", kv_fp8_argument(config)));
+  // The wgmma kernel's second build: the producer computes the kv range (paged_prefill_sm90.cuh).
+  if (launch.wgmma) spec.fallback_options = {"-DFJ_WGMMA_PRODUCER_KV_RANGE=1"};
   return spec;
 }
 

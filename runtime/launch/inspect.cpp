@@ -41,19 +41,23 @@ std::string cache_key(const KernelSpec& spec) {
 Result<std::string> compile_ptx(const KernelSpec& spec) {
   std::string virtual_arch = spec.arch;
   virtual_arch.replace(0, 3, "compute_");  // sm_90a -> compute_90a
-  auto ptx = nvrtc_compile_ptx(spec.name + ".cu", spec.source, template_headers(), virtual_arch,
-                               spec.options);
+  // The PTX of the build the cache keeps (compile_spec chooses by ptxas's report).
+  std::vector<std::string> options = spec.options;
+  if (!spec.fallback_options.empty()) {
+    auto compiled = compile_spec(spec, false);
+    if (!compiled) return compiled.error();
+    options = std::move(compiled->options);
+  }
+  auto ptx =
+      nvrtc_compile_ptx(spec.name + ".cu", spec.source, template_headers(), virtual_arch, options);
   if (!ptx) return ptx.error();
   return std::move(ptx->cubin);
 }
 
 Result<PtxasResources> ptxas_resources(const KernelSpec& spec) {
-  std::vector<std::string> options = spec.options;
-  options.emplace_back(kPtxasVerboseOption);
-  auto output =
-      nvrtc_compile(spec.name + ".cu", spec.source, template_headers(), spec.arch, options);
-  if (!output) return output.error();
-  return parse_ptxas_resources(output->log, spec.name);
+  auto compiled = compile_spec(spec, true);
+  if (!compiled) return compiled.error();
+  return parse_ptxas_resources(compiled->output.log, spec.name);
 }
 
 std::optional<DiskCacheListing> list_disk_cache() {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "flexjit/compiler/mask.h"
+#include "flexjit/dsl/frontend.h"
 #include "jit/kernel_source.h"
 #include "jit/nvrtc_compiler.h"
 #include "kernel_args.cuh"
@@ -115,6 +116,40 @@ TEST_CASE(
     auto variant = flexjit::lower_mask(module, name);
     REQUIRE(variant.ok());
     flexjit::testing::check_clean(flexjit::prefill_kernel_spec(*variant, config));
+  }
+}
+
+// The plain Longformer mask serialized its wgmma at every head dim with the consumers computing
+// the kv range, and its kernels spilled (issue 29). The runtime's second build, the producer
+// computing it (KernelSpec::fallback_options), is what compile_spec keeps for it.
+TEST_CASE("a kernel whose first build serializes wgmma gets its second build", "[hopper]") {
+  std::vector<flexjit::dsl::Diagnostic> diagnostics;
+  const flexjit::dsl::Module module = flexjit::dsl::parse_and_check(
+      {"longformer.mask",
+       "const radius: int = 256\n"
+       "param global_token: int[kv]\n"
+       "mask longformer = abs(q - kv) <= radius || global_token[kv] != 0 || "
+       "global_token[q] != 0\n"},
+      diagnostics);
+  REQUIRE(diagnostics.empty());
+  auto variant = flexjit::lower_mask(module, "longformer");
+  REQUIRE(variant.ok());
+  for (const int head_dim : {64, 128, 256}) {
+    flexjit::KernelSpec spec =
+        flexjit::prefill_kernel_spec(*variant, config_of(head_dim, "sm_90a"));
+    INFO("hd" << head_dim);
+    REQUIRE_FALSE(spec.fallback_options.empty());
+    auto compiled = flexjit::compile_spec(spec, true);
+    REQUIRE(compiled.ok());
+    auto kept = flexjit::parse_ptxas_resources(compiled->output.log, spec.name);
+    REQUIRE(kept.ok());
+    CHECK_FALSE(kept->wgmma_serialized);
+    CHECK(compiled->options.size() == spec.options.size() + spec.fallback_options.size());
+    if (head_dim == 64) CHECK(kept->spill_store_bytes == 0);
+    // The first build alone, as the cache compiled it before the fallback existed.
+    spec.fallback_options.clear();
+    const PtxasReport first = compile_with_report(spec);
+    CHECK(first.resources.wgmma_serialized);
   }
 }
 

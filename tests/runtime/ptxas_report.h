@@ -25,16 +25,14 @@ struct PtxasReport {
   std::string log;
   PtxasResources resources;
 };
+// The build the kernel cache keeps (compile_spec: a spec with fallback options may take them).
 inline PtxasReport compile_with_report(const KernelSpec& spec) {
-  static const std::vector<NvrtcHeader> headers = flexjit::template_headers();
-  std::vector<std::string> options = spec.options;
-  options.emplace_back(kPtxasVerboseOption);
-  auto output = nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, options);
-  INFO(spec.name << (output ? "\n" + output->log : ": " + output.error().log));
-  REQUIRE(output.ok());
-  auto resources = parse_ptxas_resources(output->log, spec.name);
+  auto compiled = compile_spec(spec, true);
+  INFO(spec.name << (compiled ? "\n" + compiled->output.log : ": " + compiled.error().log));
+  REQUIRE(compiled.ok());
+  auto resources = parse_ptxas_resources(compiled->output.log, spec.name);
   REQUIRE(resources.ok());
-  return {output->log, *resources};
+  return {compiled->output.log, *resources};
 }
 
 // `spec` compiles clean: no spills, no serialized wgmma (ptxas's C7514/C7520 note, which costs

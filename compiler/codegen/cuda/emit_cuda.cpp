@@ -834,6 +834,7 @@ class SplitHook {
     element_value_ = writers[kElement].value_of(root);
     element_operations_ = writers[kElement].statements();
     element_loop_ = writers[kElement].wrote_loop();
+    key_terms_loop_ = writers[kKey].wrote_loop();
     code_[kElement] = writers[kElement].code();
   }
 
@@ -877,6 +878,8 @@ class SplitHook {
   int element_operations() const { return element_operations_; }
   // Whether the element part holds a loop (a rolled any/all).
   bool element_loop() const { return element_loop_; }
+  // Whether the key terms hold a loop (a rolled any/all of the key alone).
+  bool key_terms_loop() const { return key_terms_loop_; }
   // Whether the key terms read runtime arrays (doc[b, kv]): loads, not arithmetic.
   bool key_terms_load() const {
     for (const ir::Expr& term : terms_[kKey]) {
@@ -947,6 +950,7 @@ class SplitHook {
   std::string element_value_;
   int element_operations_ = 0;
   bool element_loop_ = false;
+  bool key_terms_loop_ = false;
 };
 
 }  // namespace
@@ -991,6 +995,8 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
   constant("bool", "kKeyTermsLoad", mask_hook.key_terms_load() || score_hook.key_terms_load(),
            false);
   constant("bool", "kRolledMask", mask_hook.element_loop(), false);
+  constant("bool", "kKeyTermsLoop", mask_hook.key_terms_loop() || score_hook.key_terms_loop(),
+           false);
 
   std::string ranges;
   if (ir::uses_variable(mask, ir::Variable::Q)) {

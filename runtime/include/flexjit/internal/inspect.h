@@ -31,6 +31,10 @@ struct KernelSpec {
   std::string source;  // full CUDA source; includes templates by name (#include "fj_ops.cuh")
   std::string arch;    // NVRTC architecture, e.g. "sm_90a"
   std::vector<std::string> options;  // extra NVRTC options, in order
+  // Options added for a second build, compiled where ptxas's report on the first shows
+  // serialized wgmma or spills; the better build is kept (compile_spec, jit/kernel_cache.h).
+  // Empty: one build.
+  std::vector<std::string> fallback_options;
 };
 
 // What a prefill (or encoder, or decode) kernel is instantiated for; flexjit/internal/supported.h
