@@ -95,6 +95,13 @@ __device__ __forceinline__ void mbarrier_arrive(u32 barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
 }
 
+// Arrives on the mbarrier once every cp.async this thread issued before has landed, without
+// waiting for them (PTX cp.async.mbarrier.arrive.noinc: the arrival counts against the
+// barrier's expected count, as mbarrier_arrive's does).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(u32 barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
+}
+
 // Waits until the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(u32 barrier, u32 parity) {
   u32 done = 0;

@@ -25,7 +25,7 @@ namespace fj {
 // would exist once per role's instantiation; the translation unit holds this one kernel).
 // Stage s of the K/V ring is full when mbarrier s completes a phase (the producer's copies
 // have landed), free when mbarrier kWgmmaMaxStages + s does (both consumers are done reading it).
-__shared__ __align__(8) unsigned long long fj_wgmma_barriers[2 * kWgmmaMaxStages];
+__shared__ __align__(8) unsigned long long fj_wgmma_barriers[4 * kWgmmaMaxStages];
 __shared__ int fj_wgmma_tile_list[kWgmmaTileList];  // tile * 4 + TileClass
 __shared__ int fj_wgmma_warp_counts[(kWgmmaThreads - kWgmmaProducerThreads) / kWarpThreads];
 // A block's kv range, computed by one role for the other, one slot per block parity
@@ -45,6 +45,14 @@ __shared__ KvRange fj_wgmma_kv_range[2];
 // The K/V ring as each thread sees it: `tiles` counts the tiles that have gone through it, so
 // the i-th tile overall uses stage i % stages in phase i / stages, for producer and
 // consumers alike, across blocks of a persistent launch.
+//
+// With four stages one ring holds each tile's K and V: full once the producer's copies of both
+// have landed (it waits for them, a tile behind), empty once both consumers' PV of it is done.
+// With two (head dim 256; kSplitRings) K and V have rings of their own: the producer arrives on
+// K's and V's full barriers as its copies land (cp.async.mbarrier.arrive, never waiting for
+// them), a consumer frees K's stage once its S is done (after the softmax where key terms are
+// staged beside K) and V's after its PV; so K of the next tile is copied while V of this one
+// is still read. full() and empty() are K's barriers there.
 struct KvPipeline {
   u32 tiles = 0;
   u32 blocks = 0;  // blocks begun, for the kv range's slot
@@ -54,7 +62,20 @@ struct KvPipeline {
   __device__ __forceinline__ u32 empty(int stage) const {
     return smem_address(fj_wgmma_barriers) + 8u * (kWgmmaMaxStages + stage);
   }
+  __device__ __forceinline__ u32 v_full(int stage) const {
+    return smem_address(fj_wgmma_barriers) + 8u * (2 * kWgmmaMaxStages + stage);
+  }
+  __device__ __forceinline__ u32 v_empty(int stage) const {
+    return smem_address(fj_wgmma_barriers) + 8u * (3 * kWgmmaMaxStages + stage);
+  }
 };
+
+// Whether a kernel's K and V take rings of their own (KvPipeline): with two stages, where one
+// ring keeps a single tile in flight (causal hd256 ran 15-17% faster split, at four stages 3-13%
+// slower, bench/history/2026-11-27.md). The fp8 producer's converted parts keep one ring.
+FJ_HD constexpr bool split_kv_rings(int stages, bool kv_fp8) {
+  return stages < 3 && !kv_fp8;
+}
 
 // Where the key terms read arrays (Variant::kKeyTermsLoad: doc[b, kv]) or hold a loop
 // (kKeyTermsLoop; kStagedKeyTerms) the producer stages each tile's in shared memory beside its
@@ -88,6 +109,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   constexpr int kOChunks = kHeadDim / kChunkColumns;  // 64-column accumulators of O
   constexpr int kKeyBatch = kHeadDim <= 128 && kBlockN == 64 ? 4 : 1;  // score_and_mask's
   constexpr bool kStageKeyTerms = kStagedKeyTerms<Variant, true>;
+  constexpr bool kSplitRings = split_kv_rings(kStages, kKvFp8);
 
   extern __shared__ __align__(16) unsigned char fj_prefill_smem[];
   // The swizzle pattern repeats every 1024 bytes: tiles start on such a boundary.
@@ -342,6 +364,27 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         // Loaded before the wait for the stage, stored after it.
         const KeyTerms<Variant> own_terms = own_key_terms(i);
         const int own_key = static_cast<int>(threadIdx.x);
+        if constexpr (kSplitRings) {
+          // K once its stage is free, then V once its own is: each full barrier is arrived on
+          // as the copies land.
+          const u32 reuse_phase = (t / kStages - 1) % 2;  // of the stage's previous tile
+          const u32 k_tile = stages_address + stage * 2 * kTileBytes;
+          if (t >= kStages) mbarrier_wait(pipe.empty(stage), reuse_phase);
+          k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0,
+                      kv_end);
+          cp_async_mbarrier_arrive(pipe.full(stage));
+          if constexpr (kStageKeyTerms) {
+            // The key terms travel with K: stored once its stage is free, published by an
+            // ordinary arrive (a release), which K's full barrier counts besides the copies'.
+            if (own_key < kBlockN) key_terms[stage * kBlockN + own_key] = own_terms;
+            mbarrier_arrive(pipe.full(stage));
+          }
+          if (t >= kStages) mbarrier_wait(pipe.v_empty(stage), reuse_phase);
+          v_copy.copy(k_tile + kTileBytes, args.v_stride_block, args.v_stride_slot, pages,
+                      key_begin, k0, kv_end);
+          cp_async_mbarrier_arrive(pipe.v_full(stage));
+          continue;
+        }
         // The consumers free tile t - kStages's stage while they compute tile t - kStages + 1,
         // which the producer reports full after tile t - kStages + 2's copies are out: with
         // fewer than three stages that is tile t itself, so the tile in flight is reported
@@ -366,7 +409,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           mbarrier_arrive(pipe.full((t + kStages - 1) % kStages));
         }
       }
-      if (listed > 0) {
+      if (!kSplitRings && listed > 0) {
         cp_async_wait<0>();
         mbarrier_arrive(pipe.full((pipe.tiles + listed - 1) % kStages));
       }
@@ -440,6 +483,9 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         const TileClass tile_class = static_cast<TileClass>(tile_list[i] % 4);
         const int k0 = tile * kBlockN;
         mbarrier_wait(pipe.full(stage), (t / kStages) % 2);
+        // Split rings: V_{i-1} too, for the PV issued beside S_i (copied before K_i: seldom a
+        // wait).
+        if (kSplitRings && i > 0) mbarrier_wait(pipe.v_full(previous), ((t - 1) / kStages) % 2);
         fence_proxy_async_shared();
 
         float s[kSAccumulators][kAccumulatorFloats];
@@ -453,6 +499,9 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         }
         for (int a = 0; a < kSAccumulators; ++a)
           fence_registers(s[a]);
+        // Split rings: S_i is done, so K_i's stage is free, unless the softmax still reads the
+        // key terms staged beside it.
+        if constexpr (kSplitRings && !kStageKeyTerms) mbarrier_arrive(pipe.empty(stage));
 
         // Scale, score_mod, mask (per element only where the tile is Partial or runs past the
         // sequence), then the online-softmax update. Element e of n8 tile j (s_element: s[j / 8]
@@ -495,6 +544,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
               variant, args.params, scale, rows, key0, kv_end, false, s, tile_max, staged);
         }
+        if constexpr (kSplitRings && kStageKeyTerms) mbarrier_arrive(pipe.empty(stage));
         float max_scaled[2];
         float rescale[2];
         update_row_max(tile_max, row_max, row_sum, max_scaled, rescale);
@@ -514,7 +564,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           fence_registers(o[c]);
         for (int kk = 0; kk < kBlockN / 16; ++kk)
           fence_registers(p_prev[kk]);
-        if (i > 0) mbarrier_arrive(pipe.empty(previous));
+        if (i > 0) mbarrier_arrive(kSplitRings ? pipe.v_empty(previous) : pipe.empty(previous));
         rescale_o(rescale);
         // P_i in the A layout: k16 step kk takes n8 tiles 2kk and 2kk + 1.
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -527,13 +577,18 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       }
       if (listed > 0) {
         // The last tile's PV.
-        const int last = static_cast<int>((pipe.tiles + listed - 1) % kStages);
+        const u32 t_last = pipe.tiles + listed - 1;
+        const int last = static_cast<int>(t_last % kStages);
+        if constexpr (kSplitRings) {
+          mbarrier_wait(pipe.v_full(last), (t_last / kStages) % 2);
+          fence_proxy_async_shared();
+        }
         wgmma_fence();
         issue_pv(p_prev, last);
         wgmma_wait<0>();
         for (int c = 0; c < kOChunks; ++c)
           fence_registers(o[c]);
-        mbarrier_arrive(pipe.empty(last));
+        mbarrier_arrive(kSplitRings ? pipe.v_empty(last) : pipe.empty(last));
       }
     }
     pipe.tiles += listed;
@@ -632,10 +687,18 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
   // Here, not in the block function: that is instantiated once per role.
   __shared__ KeyTerms<Variant> key_terms[wgmma_key_term_slots<Variant, kHeadDim>()];
   KvPipeline pipe;
+  constexpr bool kSplitRings = split_kv_rings(kStages, kKvFp8);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(pipe.full(s), kWgmmaProducerThreads);
+      // Split rings: K's full barrier also counts the key terms' ordinary arrives where they
+      // are staged.
+      mbarrier_init(pipe.full(s), (kSplitRings && kStagedKeyTerms<Variant, true> ? 2 : 1) *
+                                      kWgmmaProducerThreads);
       mbarrier_init(pipe.empty(s), kWgmmaThreads - kWgmmaProducerThreads);  // the consumers
+      if constexpr (kSplitRings) {
+        mbarrier_init(pipe.v_full(s), kWgmmaProducerThreads);
+        mbarrier_init(pipe.v_empty(s), kWgmmaThreads - kWgmmaProducerThreads);
+      }
     }
   }
   __syncthreads();
@@ -645,6 +708,8 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
       prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, kKvFp8, true>(args, request, kv_head,
                                                                             row0, pipe, key_terms);
     });
+    // Split rings: no copy outlives its thread (the consumers wait for every one anyway).
+    if constexpr (kSplitRings) cp_async_wait_all();
   } else {
     setmaxnreg_inc<wgmma_consumer_registers(kHeadDim)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
