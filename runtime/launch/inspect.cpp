@@ -57,7 +57,9 @@ Result<std::string> compile_ptx(const KernelSpec& spec) {
 Result<PtxasResources> ptxas_resources(const KernelSpec& spec) {
   auto compiled = compile_spec(spec, true);
   if (!compiled) return compiled.error();
-  return parse_ptxas_resources(compiled->output.log, spec.name);
+  auto resources = parse_ptxas_resources(compiled->output.log, spec.name);
+  if (resources) resources->fallback_build = compiled->options.size() > spec.options.size();
+  return resources;
 }
 
 std::optional<DiskCacheListing> list_disk_cache() {

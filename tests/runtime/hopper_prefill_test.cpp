@@ -146,6 +146,10 @@ TEST_CASE("a kernel whose first build serializes wgmma gets its second build", "
     CHECK_FALSE(kept->wgmma_serialized);
     CHECK(compiled->options.size() == spec.options.size() + spec.fallback_options.size());
     if (head_dim == 64) CHECK(kept->spill_store_bytes == 0);
+    // `flexjit compile --resources` says which build it reports.
+    auto inspected = flexjit::inspect::ptxas_resources(spec);
+    REQUIRE(inspected.ok());
+    CHECK(inspected->fallback_build);
     // The first build alone, as the cache compiled it before the fallback existed.
     spec.fallback_options.clear();
     const PtxasReport first = compile_with_report(spec);

@@ -455,7 +455,8 @@ int print_resources(const flexjit::KernelSpec& spec, const flexjit::PrefillKerne
                                       {"stack_frame_bytes", resources->stack_frame_bytes},
                                       {"spill_store_bytes", resources->spill_store_bytes},
                                       {"spill_load_bytes", resources->spill_load_bytes},
-                                      {"wgmma_serialized", resources->wgmma_serialized}}
+                                      {"wgmma_serialized", resources->wgmma_serialized},
+                                      {"fallback_build", resources->fallback_build}}
                            .dump(2));
     return 0;
   }
@@ -472,6 +473,10 @@ int print_resources(const flexjit::KernelSpec& spec, const flexjit::PrefillKerne
   fmt::print("  constant bank  {} bytes (cmem[0])\n", resources->constant_bytes);
   if (resources->wgmma_serialized) {
     fmt::print("  wgmma          serialized by ptxas  <-- each MMA waits for the previous one\n");
+  }
+  if (resources->fallback_build) {
+    fmt::print("  build          the second ({}): the first was serialized or spilled\n",
+               fmt::join(spec.fallback_options, " "));
   }
   return 0;
 }

@@ -103,6 +103,9 @@ struct PtxasResources {
   // ptxas reported "wgmma.mma_async instructions are serialized" for the function (C7514,
   // C7520: each MMA waits for the previous one; docs/hopper.md says what causes it).
   bool wgmma_serialized = false;
+  // Set by inspect::ptxas_resources: the report is of the spec's second build (its fallback
+  // options, which compile_spec keeps where the first is serialized or spills).
+  bool fallback_build = false;
 };
 
 // One disk cache entry as `flexjit cache ls` shows it.
