@@ -365,17 +365,17 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
 
       const bool check_elements = tile_class == TileClass::Partial || k0 + kDecodeBlockN > kv_end;
       float tile_max[2] = {neg_inf, neg_inf};
+      const int key0 = k0 + warp * 16 + quad_col * 2;
       if constexpr (Variant::kRolledMask) {
         // The element part is a loop: one loop over the elements into bits (element_bits.cuh).
-        const int key0 = k0 + warp * 16 + quad_col * 2;
         const KeyTerms<Variant>* const no_staged = nullptr;
         const auto bits = tile_element_bits<2, false>(check_elements, variant, args.params, rows,
                                                       key0, kv_end, no_staged);
         score_and_mask<2>(variant, args.params, scale, rows, key0, kv_end, check_elements, s,
                           tile_max, no_staged, bits);
       } else {
-        score_and_mask<2>(variant, args.params, scale, rows, k0 + warp * 16 + quad_col * 2, kv_end,
-                          check_elements, s, tile_max);
+        score_and_mask<2>(variant, args.params, scale, rows, key0, kv_end, check_elements, s,
+                          tile_max);
       }
       float max_scaled[2];
       for (int r = 0; r < 2; ++r) {

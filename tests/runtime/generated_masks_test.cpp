@@ -74,9 +74,8 @@ Outcome compile(const Variant& variant, int head_dim, const std::string& arch) {
     outcome.log = compiled.error().message + "\n" + compiled.error().log;
     return outcome;
   }
-  const flexjit::NvrtcOutput* output = &compiled->output;
-  outcome.log = output->log;
-  auto resources = flexjit::parse_ptxas_resources(output->log, spec.name);
+  outcome.log = compiled->output.log;
+  auto resources = flexjit::parse_ptxas_resources(outcome.log, spec.name);
   if (!resources) {
     outcome.log += "\n" + resources.error().message;
     return outcome;
