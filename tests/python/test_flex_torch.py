@@ -229,6 +229,27 @@ class TorchGpuTest(unittest.TestCase):
                                     "device"):
             flexjit.flex_attention(q, q, q, sinks=sinks.cpu())
 
+    def test_repeated_geometry_takes_each_calls_pointers(self):
+        # The second call of a geometry launches the first's struct with its own pointers
+        # (FlexKernel._templates): new q, k, v, out, lse, sinks and captured doc every call,
+        # another geometry in between.
+        torch.manual_seed(1)
+        for step, (q_len, kv_len) in enumerate(((64, 96), (64, 96), (32, 48), (64, 96))):
+            with self.subTest(step=step):
+                doc = torch.randint(0, 3, (2, kv_len), device="cuda").sort(dim=1).values
+
+                def same_doc(b, h, q_idx, kv_idx):
+                    return doc[b, q_idx + kv_len - q_len] == doc[b, kv_idx]
+                q = torch.randn(2, 4, q_len, 128, dtype=torch.bfloat16, device="cuda")
+                k = torch.randn(2, 2, kv_len, 128, dtype=torch.bfloat16, device="cuda")
+                v = torch.randn_like(k)
+                sinks = sink_logits(4, "cuda") + step
+                out, lse = flexjit.flex_attention(q, k, v, mask_mod=same_doc, enable_gqa=True,
+                                                  return_lse=True, sinks=sinks)
+                want, want_lse = reference(q, k, v, same_doc, None, None, True, sinks)
+                torch.testing.assert_close(out.double(), want, atol=2e-2, rtol=2e-2)
+                torch.testing.assert_close(lse.double(), want_lse, atol=2e-2, rtol=1e-3)
+
     def test_paged_matches_contiguous(self):
         torch.manual_seed(1)
         page, heads, dim = 16, 4, 128

@@ -15,6 +15,7 @@ key looked up in this module's registry when the operator runs: torch.compile gu
 the guards and the CUDA-graph rules. Importing flexjit does not import this module.
 """
 
+import contextlib
 import ctypes
 import numbers
 import struct
@@ -284,17 +285,29 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
 def _flex_attention_impl(kernel, q, k, v, out, lse, scale, param_names, param_values,
                          array_names, arrays, sinks=None):
     target = _flex.op_kernel(kernel)
-    params = _named_params(target.program, param_names, param_values)
+    params = _named_params(target.program, param_names, param_values) if param_names else {}
     captured = {}
     for name, tensor in zip(array_names, arrays):
         if tensor.dim() != 2:
             raise ValueError(f"array {name!r}: expected [rows, cols], got {tuple(tensor.shape)}")
-        captured[name] = (tensor, tensor.shape[0], tensor.shape[1])
+        # the descriptor's rows are cols elements apart
+        captured[name] = (tensor.contiguous(), tensor.shape[0], tensor.shape[1])
     if len(captured) != len(arrays):
         raise ValueError(f"array_names has {len(array_names)} entries, arrays {len(arrays)}")
-    with torch.cuda.device(q.device):
+    with _on_device(q.device):
         target.run_values(q, k, v, out, params, captured, lse=lse, sinks=sinks,
                           scale=scale or None)
+
+
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def _on_device(device):
+    """torch.cuda.device(device), or no context when it is the current device already (the
+    usual case: the context manager costs microseconds a call)."""
+    if device.type == "cuda" and device.index == _current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
 
 
 def _merge_states_n_impl(states_out, states_lse, out, lse, sinks=None):

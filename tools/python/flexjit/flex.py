@@ -9,11 +9,14 @@ nothing is copied. docs/python.md#flex_attention describes it.
 import contextlib
 import ctypes
 import numbers
+import struct
 import sys
 import threading
+from typing import NamedTuple
 
 from . import trace as _trace
 from ._arrays import Array, describe, is_torch_tensor, sinks_pointer
+from . import _capi
 from ._capi import ArrayArg, VarlenAttentionArgs, library
 
 __all__ = ["flex_attention", "flex_attention_paged", "compile_flex", "FlexKernel", "flex_plan",
@@ -63,6 +66,10 @@ class FlexKernel:
 
     def __init__(self, traced, program, kernel, arch):
         self.traced, self.program, self.kernel, self.arch = traced, program, kernel, arch
+        # run_values' launches by geometry (_varlen_key): a call whose shapes, strides, dtypes,
+        # devices, params and scale an earlier call checked takes that call's struct and
+        # changes only its pointers.
+        self._templates = {}
 
     @property
     def source(self):
@@ -108,8 +115,15 @@ class FlexKernel:
         """run() with the launch values given rather than read from the functions: `params`
         {name: value}, `captured` {array param: (object holding the data, rows, cols)} on the
         kernel's device (launch_arguments' result; torch.ops.flexjit.flex_attention's)."""
+        key = None if self.arch == "cpu" else _varlen_key(q, k, v, out, lse, sinks, params,
+                                                          captured, scale)
+        template = self._templates.get(key) if key is not None else None
+        if template is not None:
+            template.launch(self, q, k, v, out, lse, sinks, captured, stream)
+            return out
         arrays, lse_stride, host = self._checked(q, k, v, out, lse, sinks)
-        return self._launch(arrays, q, out, params, captured, lse_stride, scale, stream, host)
+        return self._launch(arrays, q, out, params, captured, lse_stride, scale, stream, host,
+                            key)
 
     def _checked(self, q, k, v, out, lse, sinks):
         """(described arrays by name, lse's token stride, whether on the host) after run()'s
@@ -158,10 +172,12 @@ class FlexKernel:
                                  f"cuda:{arrays['q'].device_index}")
         return arrays, lse_stride, host
 
-    def _launch(self, arrays, q, out, params, captured, lse_stride, scale, stream, host):
+    def _launch(self, arrays, q, out, params, captured, lse_stride, scale, stream, host,
+                key=None):
         """fj_varlen_attention over described, checked [B, H, S, D] arrays (run()'s checks):
         `params` {name: value}, `captured` {array param: (object holding the data, rows,
-        cols)} on the kernel's device."""
+        cols)} on the kernel's device. A `key` (_varlen_key) keeps the launch's struct as the
+        template of later calls of that geometry."""
         batch, heads, q_len, _ = arrays["q"].shape
         _, kv_heads, kv_len, _ = arrays["k"].shape
         lse, sinks = arrays.get("lse"), arrays.get("sinks")
@@ -196,7 +212,70 @@ class FlexKernel:
         if status != 0:
             from . import _check
             _check(status, self.kernel.context.handle, "fj_varlen_attention")
+        if key is not None:
+            if len(self._templates) >= 64:
+                self._templates.clear()
+            slots = tuple((self.program.param_info(name).slot, name) for name in captured)
+            self._templates[key] = _VarlenTemplate(
+                bytes(args), bytes(descriptors), type(descriptors), slots,
+                (param_values, starts, key_starts), q.device.index)
         return out
+
+
+def _varlen_key(q, k, v, out, lse, sinks, params, captured, scale):
+    """What FlexKernel._checked and _launch read of a call but its pointers, hashable; None
+    for arrays that are not torch tensors (and values that do not hash)."""
+    from . import _params_key
+    try:
+        return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+                v.shape, v.stride(), v.dtype, v.device,
+                out.shape, out.stride(), out.dtype, out.device,
+                None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device),
+                None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype,
+                                            sinks.device),
+                None if scale is None else _DOUBLE.pack(float(scale)),
+                _params_key(params) if params else (),
+                tuple((name, rows, cols, data.dtype, data.device, data.is_contiguous())
+                      for name, (data, rows, cols) in captured.items()))
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+class _VarlenTemplate(NamedTuple):
+    """A checked fj_varlen_attention call of one geometry (FlexKernel._templates): its struct
+    and array descriptors as bytes, the descriptor slot of each captured array, and what the
+    struct points into (the params array, cu_seqlens), kept alive here."""
+
+    args: bytes
+    descriptors: bytes
+    descriptors_type: type
+    slots: tuple  # (array slot, captured name)
+    keep: tuple
+    device: object  # q's CUDA device index
+
+    def launch(self, kernel, q, k, v, out, lse, sinks, captured, stream):
+        """fj_varlen_attention of a copy of the struct with this call's pointers (a fresh copy:
+        calls from several threads do not share one)."""
+        args = VarlenAttentionArgs.from_buffer_copy(self.args)
+        args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), \
+            out.data_ptr()
+        if lse is not None:
+            args.lse = lse.data_ptr()
+        if sinks is not None:
+            args.sinks = sinks.data_ptr()
+        if self.slots:
+            descriptors = self.descriptors_type.from_buffer_copy(self.descriptors)
+            for slot, name in self.slots:
+                descriptors[slot].data = captured[name][0].data_ptr() or None
+            args.arrays = descriptors
+        if stream is None:
+            from . import _torch_stream
+            stream = _torch_stream(sys.modules["torch"], self.device)
+        from . import _stream_arg
+        status = _capi.unchecked("fj_varlen_attention")(kernel.kernel._handle_arg,
+                                                        ctypes.byref(args), _stream_arg(stream))
+        if status:
+            kernel.kernel._failed(status, "fj_varlen_attention")
 
 
 def _describe(obj, name, host):
@@ -231,6 +310,7 @@ def _pointer(obj, host):
 
 
 _starts_cache = {}
+_DOUBLE = struct.Struct("<d")
 
 
 def _starts(batch, length, like, host):
