@@ -6,6 +6,7 @@ reason without torch and transformers; the CUDA bf16 case also without a GPU).
 """
 
 import copy
+import inspect
 import types
 import unittest
 
@@ -149,6 +150,23 @@ class MaskPrograms(unittest.TestCase):
         self.assertIn("param valid: int[b, kv]", keys)
         self.assertIn("valid[b, kv] != 0", keys)
 
+    def test_launch_values_are_the_masks_tensors(self):
+        # The CUDA path launches each layer kind's kernel with the Masks' tensors in place of
+        # the traced closures' (_layer_op): every launch value of the trace must be one.
+        if torch is None:
+            self.skipTest(_MISSING)
+        for layer in (fjt.LayerAttention("causal"), fjt.LayerAttention("sliding", 128, 30.0)):
+            for keys in (False, True):
+                with self.subTest(layer=layer, keys=keys):
+                    mask, score, roles = fjt.layer_functions(layer, keys)
+                    traced = flexjit.flex.traced_program(mask, score)
+                    found = {traced.resolve(b, mask, score) is roles[field]
+                             for b in traced.bindings for field in roles
+                             if b.name == field}
+                    self.assertEqual(found, {True})
+                    self.assertEqual(sorted(b.name for b in traced.bindings), sorted(roles))
+                    self.assertTrue(all(b.kind == "array" for b in traced.bindings))
+
     @unittest.skipUnless(library_available(), "needs libflexjit_runtime.so")
     def test_sources_compile(self):
         for layer in (fjt.LayerAttention("causal"), fjt.LayerAttention("sliding", 128, 30.0)):
@@ -178,10 +196,12 @@ def _configs():
             layer_types=["sliding_attention", "full_attention", "sliding_attention"], **common),
     }
     if hasattr(transformers, "GptOssConfig"):
-        # Sliding then full, a learnable sink per query head on both (s_aux); 2 experts, one
-        # per token; plain RoPE (its default YaRN expects longer contexts).
+        # Sliding then full, a learnable sink per query head on both (s_aux); 2 experts, both
+        # per token (with one, a bf16 rounding can flip a token's expert and move its logits
+        # by far more than attention's rounding: the CUDA check did at step 36 of 64); plain
+        # RoPE (its default YaRN expects longer contexts).
         configs["gpt_oss"] = transformers.GptOssConfig(
-            num_hidden_layers=2, sliding_window=8, num_local_experts=2, num_experts_per_tok=1,
+            num_hidden_layers=2, sliding_window=8, num_local_experts=2, num_experts_per_tok=2,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
     return configs
 
@@ -204,17 +224,21 @@ def _prompts(device):
 def _teacher_forced(model, ids, mask, new_tokens):
     """Logits of the prefill (every prompt position) and of each decode step fed
     new_tokens[:, step], with a DynamicCache, as generate() feeds a model."""
+    # The cache's keyword and output field: `past_key_values` until transformers 5.2x renamed
+    # it `cache` (the GPU machine has 5.17, this repo's venvs have had 5.24).
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else \
+        "past_key_values"
     with torch.no_grad():
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        cache, steps = out.cache, [out.logits[:, -1]]
+        cache, steps = getattr(out, name), [out.logits[:, -1]]
         prefill = out.logits
         for step in range(new_tokens.shape[1] - 1):
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             positions = positions[:, -1:] + 1
             out = model(input_ids=new_tokens[:, step:step + 1], attention_mask=mask,
-                        position_ids=positions, cache=cache, use_cache=True)
-            cache = out.cache
+                        position_ids=positions, use_cache=True, **{name: cache})
+            cache = getattr(out, name)
             steps.append(out.logits[:, -1])
     return prefill, torch.stack(steps, dim=1)
 
@@ -413,7 +437,9 @@ class Errors(unittest.TestCase):
         if not hasattr(transformers.GenerationMixin, "generate_batch"):
             self.skipTest("this transformers has no continuous batching")
         model = self.model(self.small(transformers.LlamaConfig))
-        with self.assertRaisesRegex(ValueError, "not supported for continuous batching"):
+        # transformers 5.24: "... not supported for continuous batching"; 5.17: "Specified
+        # attn_implementation="paged|flexjit" is not supported".
+        with self.assertRaisesRegex(ValueError, "not supported"):
             model.generate_batch(inputs=[[2, 3, 4]], generation_config=transformers.
                                  GenerationConfig(max_new_tokens=2, do_sample=False))
 

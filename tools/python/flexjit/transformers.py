@@ -286,19 +286,119 @@ def attention_function(float32_as=None):
                                         "'fp16') to round float32 inputs")
             kernel_dtype = torch.float16 if float32_as == "fp16" else torch.bfloat16
             query, key, value = (t.to(kernel_dtype) for t in (query, key, value))
-        score = softcap_score(layer.softcap) if layer.softcap is not None else None
         sinks = kwargs.get("s_aux")
         if sinks is not None:
             if sinks.dim() != 1 or sinks.shape[0] != query.shape[1]:
                 raise UnsupportedConfig("s_aux", f"expected one sink logit per query head "
                                         f"({query.shape[1]}), got shape {tuple(sinks.shape)}")
             sinks = sinks.to(device=query.device, dtype=torch.float32).contiguous()
+        if query.is_cuda:
+            return _cuda_attention(torch, layer, masks, query, key, value, scaling,
+                                   sinks).to(dtype), None
+        score = softcap_score(layer.softcap) if layer.softcap is not None else None
         out = flex_attention(query, key, value, score_mod=score, mask_mod=mask_mod(layer, masks),
                              scale=scaling, enable_gqa=query.shape[1] != key.shape[1],
                              sinks=sinks)
         return out.transpose(1, 2).to(dtype), None
 
     return flexjit_attention
+
+
+def layer_functions(layer, keys):
+    """(mask_mod, score_mod, roles) of a LayerAttention over stand-in int32 tensors: the
+    functions flex_attention would trace for it, with `keys` the `valid` form (else `first`);
+    roles maps each tensor's Masks field to the stand-in ({"shift": tensor, ...})."""
+    import torch
+    roles = {"shift": torch.zeros(1, dtype=torch.int32)}
+    if keys:
+        roles["valid"] = torch.zeros(1, 1, dtype=torch.int32)
+    else:
+        roles["first"] = torch.zeros(1, dtype=torch.int32)
+    masks = Masks(layer.kind, layer.window, 1, 1, roles["shift"], roles.get("first"),
+                  roles.get("valid"))
+    score = softcap_score(layer.softcap) if layer.softcap is not None else None
+    return mask_mod(layer, masks), score, roles
+
+
+_layer_ops = {}
+
+
+def _layer_op(kind, window, softcap, keys, head_dim, dtype, device_index):
+    """(torch.ops.flexjit.flex_attention's kernel key, ((array param, Masks field), ...)) of a
+    layer kind on CUDA device `device_index`: traced and compiled once per kind, head dim and
+    dtype (flex.prepare_op), its launch values being the Masks' tensors. Every argument is a
+    constant, so that torch.compile runs it once while tracing (assume_constant_result): the
+    mask_mods themselves are closures over tensors, which it cannot take as constants."""
+    cache_key = (kind, window, softcap, keys, head_dim, dtype, device_index)
+    found = _layer_ops.get(cache_key)
+    if found is None:
+        from . import flex as _flex
+        mask, score, roles = layer_functions(LayerAttention(kind, window, softcap), keys)
+        op_key, _ = _flex.prepare_op(mask, score, head_dim, dtype, device_index)
+        traced = _flex.op_kernel(op_key).traced
+        fields = []
+        for binding in traced.bindings:
+            obj = traced.resolve(binding, mask, score)
+            field = next((name for name, t in roles.items() if t is obj), None)
+            if binding.kind != "array" or field is None:
+                raise AssertionError(f"flexjit.transformers: the traced {kind} mask has a "
+                                     f"launch value {binding.name!r} that is not a Masks tensor")
+            fields.append((binding.name, field))
+        found = _layer_ops[cache_key] = (op_key, tuple(fields))
+    return found
+
+
+_layer_op_traceable = None
+
+
+def _cuda_attention(torch, layer, masks, query, key, value, scaling, sinks):
+    """The layer's attention on CUDA through torch.ops.flexjit.flex_attention with the kernel
+    of _layer_op: no tracing or kernel lookup per call, and traceable by torch.compile (a
+    static cache's forward). Returns out [B, Sq, Hq, D]."""
+    global _layer_op_traceable
+    if _layer_op_traceable is None:
+        _layer_op_traceable = torch._dynamo.assume_constant_result(_layer_op)
+    from . import _torch_ops
+    from .flex import _compiling, _usable
+    batch, heads, q_len, head_dim = query.shape
+    op_key, fields = _layer_op_traceable(layer.kind, layer.window, layer.softcap,
+                                         masks.valid is not None, head_dim, query.dtype,
+                                         query.device.index)
+    arrays = [getattr(masks, field).reshape(batch, -1) for _, field in fields]
+    names = [name for name, _ in fields]
+    scale = float(scaling) if scaling is not None else 0.0
+    if _compiling(torch):
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+        out = torch.empty_like(query)
+        _torch_ops._flex_attention(op_key, query, key, value, out, None, scale, [], [], names,
+                                   arrays, sinks)
+        return out.transpose(1, 2)
+    query, key, value = _usable(query), _usable(key), _usable(value)
+    # Written as [B, Sq, Hq, D], which transformers reshapes to [B, Sq, Hq * D] without a copy.
+    out = torch.empty((batch, q_len, heads, head_dim), dtype=query.dtype, device=query.device)
+    _torch_ops._flex_attention(op_key, query, key, value, out.transpose(1, 2), None, scale, [],
+                               [], names, arrays, sinks)
+    return out
+
+
+def _module_layer(module, config, layer_idx):
+    """layer_attention(config, layer_idx), kept on the module for its next calls while its
+    config object and index stay the same (reading a transformers config's fields is slow: this
+    runs on every layer of every forward)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        from .flex import _compiling
+        if _compiling(torch):  # torch.compile reads the config once, while it traces
+            return layer_attention(config, layer_idx)
+    kept = getattr(module, "_flexjit_layer", None)
+    if kept is not None and kept[0] is config and kept[1] == layer_idx:
+        return kept[2]
+    layer = layer_attention(config, layer_idx)
+    try:
+        module._flexjit_layer = (config, layer_idx, layer)
+    except (AttributeError, TypeError):  # a module that takes no attributes: not kept
+        pass
+    return layer
 
 
 def _check_call(module, masks, dropout, kwargs):
@@ -321,7 +421,7 @@ def _check_call(module, masks, dropout, kwargs):
     layer_idx = getattr(module, "layer_idx", None)
     has_sinks = kwargs.get("s_aux") is not None
     if config is not None and layer_idx is not None:
-        layer = layer_attention(config, layer_idx)
+        layer = _module_layer(module, config, layer_idx)
     else:
         layer = LayerAttention(masks.kind, masks.window, kwargs.get("softcap"), has_sinks)
     if layer.sinks and not has_sinks:
