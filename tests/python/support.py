@@ -48,6 +48,22 @@ class _Device:
         self.index = index
 
 
+def fake_cuda_tensors(test):
+    """Skips a test of FakeTensors on CUDA devices where real torch is imported without a
+    usable CUDA device (a CPU-only torch, or no driver): the launch paths then ask torch.cuda
+    for the current device, which raises. Without torch, or with a GPU, the test runs."""
+    import functools
+
+    @functools.wraps(test)
+    def run(self, *args, **kwargs):
+        torch = sys.modules.get("torch")
+        if torch is not None and not torch.cuda.is_available():
+            self.skipTest("torch is imported without a CUDA device: FakeTensors on cuda would "
+                          "reach torch.cuda")
+        return test(self, *args, **kwargs)
+    return run
+
+
 class FakeTensor:
     """Quacks like a torch.Tensor for flexjit._arrays (type module starts with 'torch')."""
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import unittest
 
-from support import REPO, CudaArray, FakeTensor, library_available
+from support import REPO, CudaArray, FakeTensor, fake_cuda_tensors, library_available
 from test_bad_input import HostArray, cpu_batch
 
 import flexjit
@@ -227,6 +227,7 @@ class ModuleTest(unittest.TestCase):
             launch.launch()
         self.assertEqual(caught.exception.status, Status.CUDA, caught.exception)
 
+    @fake_cuda_tensors
     def test_array_params_at_launch(self):
         kernel = self.ctx.kernel(self.program, "document", head_dim=64, dtype="fp16",
                                  page_size=16, arch="sm_90a")
@@ -368,6 +369,7 @@ class ModuleTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "sinks: dtype fp16, expected fp32"):
             encoder.prepare_varlen(**varlen_arrays, max_seq_len=7, sinks=CudaArray((4,)))
 
+    @fake_cuda_tensors
     def test_paged_args_write_each_calls_sinks(self):
         # The kept struct takes each call's sinks pointer, and whether there are sinks (and
         # their shape, dtype, device) is part of the geometry: other sinks run the checks.
@@ -474,6 +476,7 @@ class ModuleTest(unittest.TestCase):
                 self.assertEqual(caught.exception.status, Status.INVALID_ARGUMENT)
                 self.assertIn(message, caught.exception.message)
 
+    @fake_cuda_tensors
     def test_torch_like_tensors(self):
         kernel = self.ctx.kernel(self.program, "causal", head_dim=128, dtype="bf16",
                                  page_size=64, arch="sm_90a")
@@ -493,6 +496,7 @@ class ModuleTest(unittest.TestCase):
             kernel.prepare(FakeTensor((3, 32, 128), "torch.float16"), k, v,
                            out=FakeTensor((3, 32, 128)), max_query_len=3, **meta)
 
+    @fake_cuda_tensors
     def test_paged_args_check_each_geometry_once(self):
         # paged_args (what __call__ and the torch op use) keeps prepare()'s struct per geometry
         # and writes only the pointers of later calls: the struct must be prepare()'s, and
@@ -550,6 +554,7 @@ class ModuleTest(unittest.TestCase):
         args, _ = kernel.paged_args(**arrays, max_query_len=5, params={"window": 8})
         self.assertEqual((args.max_query_len, len(kernel._templates)), (5, 2))
 
+    @fake_cuda_tensors
     def test_paged_args_keep_float_params_by_their_bits(self):
         # -0.0 == 0.0, but their float32 bits differ: a call with one must not reuse the
         # struct kept for the other.
@@ -564,6 +569,7 @@ class ModuleTest(unittest.TestCase):
                 self.assertEqual(args.params[0] & 0xFFFFFFFF, bits)
         self.assertEqual(len(kernel._templates), 2)
 
+    @fake_cuda_tensors
     def test_clearing_the_templates_runs_every_check_again(self):
         # tools/bench/overhead.py times "checks run in full" by clearing _templates.
         kernel = self.ctx.kernel(self.program, "causal", head_dim=128, dtype="bf16",
@@ -579,6 +585,7 @@ class ModuleTest(unittest.TestCase):
         kernel.paged_args(**arrays, max_query_len=3)
         self.assertEqual(len(prepared), 2)
 
+    @fake_cuda_tensors
     def test_launching_after_close_is_a_value_error(self):
         # The launch paths pass the handle without a check of their own: a closed kernel's is
         # null, refused by the library, and reported as the closed handle.
