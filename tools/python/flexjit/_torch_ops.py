@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import Kernel, KvShard, ParamType, Plan, _stream_arg
+from . import Kernel, KvShard, ParamType, Plan, _stream_arg, _torch_calls, _torch_calls_of
 from . import flex as _flex
 from ._capi import PagedAttentionArgs
 
@@ -285,7 +285,7 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
 def _flex_attention_impl(kernel, q, k, v, out, lse, scale, param_names, param_values,
                          array_names, arrays, sinks=None):
     target = _flex.op_kernel(kernel)
-    params = _named_params(target.program, param_names, param_values) if param_names else {}
+    params = _named_params(target.program, param_names, param_values)
     captured = {}
     for name, tensor in zip(array_names, arrays):
         if tensor.dim() != 2:
@@ -294,20 +294,19 @@ def _flex_attention_impl(kernel, q, k, v, out, lse, scale, param_names, param_va
         captured[name] = (tensor.contiguous(), tensor.shape[0], tensor.shape[1])
     if len(captured) != len(arrays):
         raise ValueError(f"array_names has {len(array_names)} entries, arrays {len(arrays)}")
-    with _on_device(q.device):
+    with _on_device(q):
         target.run_values(q, k, v, out, params, captured, lse=lse, sinks=sinks,
                           scale=scale or None)
 
 
-_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
-
-
-def _on_device(device):
-    """torch.cuda.device(device), or no context when it is the current device already (the
-    usual case: the context manager costs microseconds a call)."""
-    if device.type == "cuda" and device.index == _current_device():
-        return contextlib.nullcontext()
-    return torch.cuda.device(device)
+def _on_device(tensor):
+    """torch.cuda.device(tensor.device), or no context when that is the current device already
+    (the usual case: the context manager costs microseconds a call)."""
+    if tensor.is_cuda:
+        calls = _torch_calls.get(type(tensor)) or _torch_calls_of(tensor)
+        if tensor.device.index == calls.current_device():
+            return contextlib.nullcontext()
+    return torch.cuda.device(tensor.device)
 
 
 def _merge_states_n_impl(states_out, states_lse, out, lse, sinks=None):

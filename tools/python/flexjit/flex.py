@@ -9,7 +9,6 @@ nothing is copied. docs/python.md#flex_attention describes it.
 import contextlib
 import ctypes
 import numbers
-import struct
 import sys
 import threading
 from typing import NamedTuple
@@ -225,7 +224,7 @@ class FlexKernel:
 def _varlen_key(q, k, v, out, lse, sinks, params, captured, scale):
     """What FlexKernel._checked and _launch read of a call but its pointers, hashable; None
     for arrays that are not torch tensors (and values that do not hash)."""
-    from . import _params_key
+    from . import _DOUBLE, _params_key
     try:
         return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                 v.shape, v.stride(), v.dtype, v.device,
@@ -235,7 +234,7 @@ def _varlen_key(q, k, v, out, lse, sinks, params, captured, scale):
                                             sinks.device),
                 None if scale is None else _DOUBLE.pack(float(scale)),
                 _params_key(params) if params else (),
-                tuple((name, rows, cols, data.dtype, data.device, data.is_contiguous())
+                tuple((name, rows, cols, data.dtype, data.device)
                       for name, (data, rows, cols) in captured.items()))
     except (AttributeError, TypeError, ValueError):
         return None
@@ -310,7 +309,6 @@ def _pointer(obj, host):
 
 
 _starts_cache = {}
-_DOUBLE = struct.Struct("<d")
 
 
 def _starts(batch, length, like, host):
