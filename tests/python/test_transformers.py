@@ -167,6 +167,33 @@ class MaskPrograms(unittest.TestCase):
                     self.assertEqual(sorted(b.name for b in traced.bindings), sorted(roles))
                     self.assertTrue(all(b.kind == "array" for b in traced.bindings))
 
+    def test_paged_view_addresses_the_contiguous_cache(self):
+        # CUDA decode steps read the [B, Hkv, S, D] cache as a paged one (_PagedView): every
+        # key's row must be where the view and its block table put it, and no page that a
+        # request's keys reach may start past the tensor.
+        if torch is None:
+            self.skipTest(_MISSING)
+        for batch, kv_heads, keys, sliced in ((3, 2, 21, False), (2, 4, 64, False),
+                                              (1, 1, 130, False), (4, 2, 77, True)):
+            with self.subTest(batch=batch, kv_heads=kv_heads, keys=keys, sliced=sliced):
+                cache = torch.zeros(batch, kv_heads, keys + (9 if sliced else 0), 64)
+                cache = cache[:, :, :keys] if sliced else cache
+                self.assertTrue(fjt._pageable(cache, cache, cache))
+                s0, s1, s2, _ = cache.stride()
+                pages = -(-keys // fjt._PAGE)
+                table = fjt.view_block_table(torch, batch, s0 // s2, pages, "cpu")
+                blocks = (batch - 1) * (s0 // s2) + (pages - 1) * fjt._PAGE + 1
+                view = fjt._PagedView(cache, "fp32", blocks)
+                block_stride, slot_stride, head_stride, _ = view.stride()
+                self.assertEqual(view.shape, (blocks, fjt._PAGE, kv_heads, 64))
+                self.assertLess(int(table.max()), blocks)
+                for b in range(batch):
+                    for k in range(keys):
+                        for h in range(kv_heads):
+                            at = int(table[b, k // fjt._PAGE]) * block_stride + \
+                                (k % fjt._PAGE) * slot_stride + h * head_stride
+                            self.assertEqual(at, b * s0 + h * s1 + k * s2)
+
     @unittest.skipUnless(library_available(), "needs libflexjit_runtime.so")
     def test_sources_compile(self):
         for layer in (fjt.LayerAttention("causal"), fjt.LayerAttention("sliding", 128, 30.0)):

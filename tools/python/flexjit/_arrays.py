@@ -58,6 +58,9 @@ def describe(obj, name):
         is_cuda = bool(obj.is_cuda)
         return Array(name, obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), dtype_name,
                      is_cuda, obj.device.index if is_cuda else None)
+    own = getattr(obj, "__flexjit_array__", None)  # a view that describes itself (an Array)
+    if own is not None:
+        return own._replace(name=name)
     interface = getattr(obj, "__cuda_array_interface__", None)
     if interface is None:
         raise TypeError(f"{name}: expected a torch tensor or an object with "

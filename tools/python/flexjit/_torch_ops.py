@@ -68,7 +68,8 @@ SCHEMAS = {
     "flex_attention":
         "(str kernel, Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, "
         "float scale, str[] param_names, float[] param_values, str[] array_names, "
-        "Tensor[] arrays, Tensor? sinks=None) -> ()",
+        "Tensor[] arrays, Tensor? sinks=None, Tensor? cu_seqlens=None, "
+        "Tensor? cu_seqlens_k=None) -> ()",
     # Context.merge_states_n (since 0.9; CUDA tensors since 0.10): states_out [num_states, num_tokens, num_heads, head_dim],
     # states_lse float32 [num_states, num_tokens, num_heads], out [num_tokens, num_heads,
     # head_dim], lse float32 [num_tokens, num_heads], sinks float32 [num_heads].
@@ -283,7 +284,7 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
 
 
 def _flex_attention_impl(kernel, q, k, v, out, lse, scale, param_names, param_values,
-                         array_names, arrays, sinks=None):
+                         array_names, arrays, sinks=None, cu_seqlens=None, cu_seqlens_k=None):
     target = _flex.op_kernel(kernel)
     params = _named_params(target.program, param_names, param_values)
     captured = {}
@@ -296,7 +297,7 @@ def _flex_attention_impl(kernel, q, k, v, out, lse, scale, param_names, param_va
         raise ValueError(f"array_names has {len(array_names)} entries, arrays {len(arrays)}")
     with _on_device(q):
         target.run_values(q, k, v, out, params, captured, lse=lse, sinks=sinks,
-                          scale=scale or None)
+                          scale=scale or None, starts=(cu_seqlens, cu_seqlens_k))
 
 
 def _on_device(tensor):
@@ -403,7 +404,7 @@ def _plan_run_fake(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
 
 
 def _flex_attention_fake(kernel, q, k, v, out, lse, scale, param_names, param_values,
-                         array_names, arrays, sinks=None):
+                         array_names, arrays, sinks=None, cu_seqlens=None, cu_seqlens_k=None):
     torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4,
                  lambda: f"flexjit: q, k, v have shapes {tuple(q.shape)}, {tuple(k.shape)}, "
                  f"{tuple(v.shape)}, expected [B, H, S, D]")

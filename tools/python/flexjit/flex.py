@@ -110,19 +110,27 @@ class FlexKernel:
         return self._launch(arrays, q, out, params, captured, lse_stride, scale, stream, host)
 
     def run_values(self, q, k, v, out, params, captured, *, lse=None, sinks=None, scale=None,
-                   stream=None):
+                   stream=None, starts=(None, None)):
         """run() with the launch values given rather than read from the functions: `params`
         {name: value}, `captured` {array param: (object holding the data, rows, cols)} on the
-        kernel's device (launch_arguments' result; torch.ops.flexjit.flex_attention's)."""
+        kernel's device (launch_arguments' result; torch.ops.flexjit.flex_attention's).
+        `starts`: (cu_seqlens, cu_seqlens_k) int32 device tensors of the batch's uniform
+        lengths (arange(B + 1) * S), or None each for kept ones (_starts): a compiled graph
+        passes its own, because a tensor this call made and kept would come from a CUDA
+        graph's memory pool while torch's cudagraph trees record it."""
         key = None if self.arch == "cpu" else _varlen_key(q, k, v, out, lse, sinks, params,
                                                           captured, scale)
+        if key is not None and starts != (None, None):
+            # A template made with given starts keeps none of them (they may be a graph's) and
+            # serves only calls that give theirs.
+            key = (key, starts[0] is not None, starts[1] is not None)
         template = self._templates.get(key) if key is not None else None
         if template is not None:
-            template.launch(self, q, k, v, out, lse, sinks, captured, stream)
+            template.launch(self, q, k, v, out, lse, sinks, captured, stream, starts)
             return out
         arrays, lse_stride, host = self._checked(q, k, v, out, lse, sinks)
         return self._launch(arrays, q, out, params, captured, lse_stride, scale, stream, host,
-                            key)
+                            key, starts)
 
     def _checked(self, q, k, v, out, lse, sinks):
         """(described arrays by name, lse's token stride, whether on the host) after run()'s
@@ -172,7 +180,7 @@ class FlexKernel:
         return arrays, lse_stride, host
 
     def _launch(self, arrays, q, out, params, captured, lse_stride, scale, stream, host,
-                key=None):
+                key=None, starts=(None, None)):
         """fj_varlen_attention over described, checked [B, H, S, D] arrays (run()'s checks):
         `params` {name: value}, `captured` {array param: (object holding the data, rows,
         cols)} on the kernel's device. A `key` (_varlen_key) keeps the launch's struct as the
@@ -185,8 +193,10 @@ class FlexKernel:
         for name, (keep, rows, cols) in captured.items():
             slot = self.program.param_info(name).slot
             descriptors[slot] = ArrayArg(_pointer(keep, host), rows, cols, cols)
-        starts = _starts(batch, q_len, q, host)
-        key_starts = _starts(batch, kv_len, q, host) if kv_len != q_len else None
+        given, given_k = starts
+        starts = given if given is not None else _starts(batch, q_len, q, host)
+        key_starts = None if kv_len == q_len else \
+            given_k if given_k is not None else _starts(batch, kv_len, q, host)
         args = VarlenAttentionArgs(
             struct_size=ctypes.sizeof(VarlenAttentionArgs),
             q=arrays["q"].ptr, k=arrays["k"].ptr, v=arrays["v"].ptr, out=arrays["out"].ptr,
@@ -217,7 +227,8 @@ class FlexKernel:
             slots = tuple((self.program.param_info(name).slot, name) for name in captured)
             self._templates[key] = _VarlenTemplate(
                 bytes(args), bytes(descriptors), type(descriptors), slots,
-                (param_values, starts, key_starts), q.device.index)
+                (param_values, None if given is not None else starts,
+                 None if given_k is not None else key_starts), q.device.index)
         return out
 
 
@@ -252,10 +263,14 @@ class _VarlenTemplate(NamedTuple):
     keep: tuple
     device: object  # q's CUDA device index
 
-    def launch(self, kernel, q, k, v, out, lse, sinks, captured, stream):
+    def launch(self, kernel, q, k, v, out, lse, sinks, captured, stream, starts=(None, None)):
         """fj_varlen_attention of a copy of the struct with this call's pointers (a fresh copy:
-        calls from several threads do not share one)."""
+        calls from several threads do not share one); given `starts` replace the kept ones."""
         args = VarlenAttentionArgs.from_buffer_copy(self.args)
+        if starts[0] is not None:
+            args.cu_seqlens = starts[0].data_ptr()
+        if starts[1] is not None and args.cu_seqlens_k:
+            args.cu_seqlens_k = starts[1].data_ptr()
         args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), \
             out.data_ptr()
         if lse is not None:
@@ -462,10 +477,19 @@ def flex_attention(query, key, value, score_mod=None, mask_mod=None, scale=None,
             names, values = list(params), [float(x) for x in params.values()]
             array_names = list(captured)
             arrays = [data.reshape(rows, cols) for data, rows, cols in captured.values()]
+        starts = in_graph_starts(torch, batch, q_len, key.shape[2], query.device) \
+            if compiling else (None, None)
         _torch_ops._flex_attention(op_key, query, key, value, out, lse,
                                    float(scale) if scale is not None else 0.0, names, values,
-                                   array_names, arrays, sinks)
+                                   array_names, arrays, sinks, *starts)
     return (out, lse.transpose(1, 2)) if return_lse else out
+
+
+def in_graph_starts(torch, batch, q_len, kv_len, device):
+    """(cu_seqlens, cu_seqlens_k) of a uniform [B, H, S, D] batch made in the graph being
+    compiled, for torch.ops.flexjit.flex_attention (FlexKernel.run_values' `starts`)."""
+    counts = torch.arange(batch + 1, dtype=torch.int32, device=device)
+    return counts * q_len, counts * kv_len
 
 
 def _compiling(torch):

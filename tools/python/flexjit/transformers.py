@@ -16,6 +16,7 @@ The configuration mapping (layer_attention, LayerAttention, UnsupportedConfig) r
 object or a plain dict and needs neither torch nor transformers.
 """
 
+import ctypes
 import sys
 from typing import NamedTuple, Optional
 
@@ -173,6 +174,7 @@ class Masks:
         self.kind, self.window = kind, window
         self.q_length, self.kv_length = q_length, kv_length
         self.shift, self.first, self.valid = shift, first, valid
+        self._steps = {}  # the planned decode launches of this forward (_planned_decode)
 
     def __repr__(self):
         padding = "keys" if self.valid is not None else "left"
@@ -335,17 +337,189 @@ def _layer_op(kind, window, softcap, keys, head_dim, dtype, device_index):
         from . import flex as _flex
         mask, score, roles = layer_functions(LayerAttention(kind, window, softcap), keys)
         op_key, _ = _flex.prepare_op(mask, score, head_dim, dtype, device_index)
-        traced = _flex.op_kernel(op_key).traced
-        fields = []
-        for binding in traced.bindings:
-            obj = traced.resolve(binding, mask, score)
-            field = next((name for name, t in roles.items() if t is obj), None)
-            if binding.kind != "array" or field is None:
-                raise AssertionError(f"flexjit.transformers: the traced {kind} mask has a "
-                                     f"launch value {binding.name!r} that is not a Masks tensor")
-            fields.append((binding.name, field))
-        found = _layer_ops[cache_key] = (op_key, tuple(fields))
+        fields = _array_fields(_flex.op_kernel(op_key).traced, mask, score, roles)
+        found = _layer_ops[cache_key] = (op_key, fields)
     return found
+
+
+def _array_fields(traced, mask, score, roles):
+    """((array param, Masks field), ...) of a program traced from layer_functions' mask and
+    score over the stand-ins `roles`."""
+    fields = []
+    for binding in traced.bindings:
+        obj = traced.resolve(binding, mask, score)
+        field = next((name for name, t in roles.items() if t is obj), None)
+        if binding.kind != "array" or field is None:
+            raise AssertionError(f"flexjit.transformers: the traced mask has a launch value "
+                                 f"{binding.name!r} that is not a Masks tensor")
+        fields.append((binding.name, field))
+    return tuple(fields)
+
+
+# --- Decode steps through a plan (split-KV decode) ----------------------------------------------
+#
+# A decode step of the contiguous [B, Hkv, S, D] cache runs, by flex_attention's kernel, one CTA
+# per request and kv head over all S keys: at batch 1 and 8k keys 14x the GPU time of cuDNN's
+# decode kernel (H200). A plan's split-KV decode kernel reads a paged cache, and the contiguous
+# cache is one: with strides (s0, s1, s2, 1), key k of request b and head h is at
+# b * s0 + h * s1 + k * s2, which is block b * (s0 / s2) + k / P, slot k % P of a cache whose
+# blocks and slots are both s2 apart and heads s1 apart. Blocks overlap, which the kernels
+# never mind (they only read), and a request's last page runs past its keys, which they never
+# read (keys at or past seq_len are zero-filled without a load: KvTileCopy).
+
+_PAGE = 64
+_plans = {}  # (layer, head_dim, dtype, device, B, q_len, Hq, Hkv) -> _DecodePlan
+
+
+class _PagedView:
+    """A layer's K or V [B, Hkv, S, D] seen as a paged cache [blocks, P, Hkv, D] ("NHD") over
+    the same memory (above): what the paged launch reads of a torch tensor (shape, stride(),
+    dtype, device, data_ptr()) and its Array (__flexjit_array__, _arrays.describe)."""
+
+    is_cuda = True
+
+    def __init__(self, tensor, dtype_name, num_blocks):
+        s0, s1, s2, _ = tensor.stride()
+        self.shape = (num_blocks, _PAGE, tensor.shape[1], tensor.shape[3])
+        self._strides = (s2, s2, s1, 1)
+        self.dtype, self.device = tensor.dtype, tensor.device
+        self._pointer = tensor.data_ptr()
+        self._dtype_name = dtype_name
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._pointer
+
+    @property
+    def __flexjit_array__(self):
+        from ._arrays import Array
+        return Array("", self._pointer, self.shape, self._strides, self._dtype_name, True,
+                     self.device.index)
+
+
+class _DecodePlan:
+    """A FlexPlan of a layer kind and batch shape, the array parameter of each Masks field, and
+    the lengths of its last update."""
+
+    def __init__(self, plan, fields):
+        self.plan, self.fields, self.updated = plan, fields, None
+
+
+def _decode_plan(torch, layer, query, key):
+    batch, heads, q_len, head_dim = query.shape
+    plan_key = (layer, head_dim, query.dtype, query.device.index, batch, q_len, heads,
+                key.shape[1])
+    entry = _plans.get(plan_key)
+    if entry is None:
+        from .flex import _kernel_dtype, flex_plan
+        if len(_plans) >= 16:  # many batch shapes: free the plans, once their runs are done
+            torch.cuda.synchronize()
+            for old in _plans.values():
+                old.plan.close()
+            _plans.clear()
+        mask, score, roles = layer_functions(layer, False)
+        with torch.cuda.device(query.device):
+            plan = flex_plan(mask, score, num_heads=heads, num_kv_heads=key.shape[1],
+                             head_dim=head_dim, max_num_reqs=batch, max_query_len=q_len,
+                             dtype=_kernel_dtype(query), page_size=_PAGE)
+        entry = _plans[plan_key] = _DecodePlan(
+            plan, _array_fields(plan.kernel.traced, mask, score, roles))
+    return entry
+
+
+def _pageable(query, key, value):
+    """Whether key and value can be read as the paged cache of _PagedView: one layout, rows
+    16-byte aligned, block ids within int32."""
+    strides = key.stride()
+    if value.stride() != strides or value.shape != key.shape or strides[3] != 1:
+        return False
+    s0, s1, s2 = strides[:3]
+    if s2 <= 0 or s0 % s2 or any(s % 8 for s in (s0, s1, s2)):
+        return False
+    if key.data_ptr() % 16 or value.data_ptr() % 16 or key.dtype != query.dtype:
+        return False
+    return (key.shape[0] - 1) * (s0 // s2) + key.shape[2] + _PAGE < 2**31
+
+
+def _planned_decode(torch, layer, masks, query, key, value, scaling, sinks):
+    """The layer's decode step through a plan's split-KV decode kernel (eager CUDA calls whose
+    packed query rows, query tokens times the GQA group, are at most 32, with left padding);
+    None where it does not apply (the caller runs flex_attention's kernel). Returns out
+    [B, Sq, Hq, D].
+
+    Per forward and layer kind (the Masks object) it updates the plan once for the step's
+    lengths, builds the block table of the cache's view, the paged queries' shift (q_idx counts
+    from the request's first key in a paged call: shift - (S - Sq)) and the checked argument
+    struct (Kernel.prepare); each layer then launches a copy of the struct with its own q, k,
+    v, out and sinks."""
+    batch, heads, q_len, head_dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    if masks.valid is not None or q_len * (heads // kv_heads) > 32 or keys == 0 or \
+            not _pageable(query, key, value):
+        return None
+    entry = _decode_plan(torch, layer, query, key)
+    queries = query.transpose(1, 2).reshape(batch * q_len, heads, head_dim)
+    if queries.stride(2) != 1 or any(s % 8 for s in queries.stride()[:2]) or \
+            queries.data_ptr() % 16:
+        queries = queries.contiguous()
+    out = torch.empty((batch * q_len, heads, head_dim), dtype=query.dtype, device=query.device)
+    scale = float(scaling) if scaling is not None else 0.0
+    geometry = (queries.shape, queries.stride(), key.shape, key.stride(), sinks is None, scale)
+    step = masks._steps.get(id(entry))
+    if step is None or step[0] != geometry:
+        step = _decode_step(torch, entry, masks, geometry, queries, key, value, out, sinks,
+                            scale)
+        if step is None:
+            return None
+        masks._steps[id(entry)] = step
+    from ._capi import PagedAttentionArgs
+    args = PagedAttentionArgs.from_buffer_copy(step[1])
+    args.q, args.out = queries.data_ptr(), out.data_ptr()
+    args.k_cache, args.v_cache = key.data_ptr(), value.data_ptr()
+    args.sinks = sinks.data_ptr() if sinks is not None else None
+    from . import _torch_stream
+    entry.plan.plan._run_data(ctypes.byref(args), _torch_stream(torch, query.device.index))
+    return out.view(batch, q_len, heads, head_dim)
+
+
+def view_block_table(torch, batch, per_request, pages, device):
+    """int32 [batch, pages]: request b's page j is block b * per_request + j * _PAGE of a
+    _PagedView (per_request: the cache's batch stride over its key stride)."""
+    return (torch.arange(batch, dtype=torch.int32, device=device) * per_request)[:, None] + \
+        torch.arange(pages, dtype=torch.int32, device=device) * _PAGE
+
+
+def _decode_step(torch, entry, masks, geometry, queries, key, value, out, sinks, scale):
+    """(geometry, the checked struct as bytes, what it points into) of a forward's decode steps
+    of one plan (_planned_decode); None when the plan's kernel would need a workspace."""
+    batch, kv_heads, keys, _ = key.shape
+    q_len = queries.shape[0] // batch
+    s0, _, s2, _ = key.stride()
+    pages = -(-keys // _PAGE)
+    lengths = (batch, q_len, keys)
+    if entry.updated != lengths:
+        entry.plan.update(list(range(0, batch * q_len + 1, q_len)), [keys] * batch, pages)
+        entry.updated = lengths
+    device = queries.device
+    per_request = s0 // s2
+    block_table = view_block_table(torch, batch, per_request, pages, device)
+    starts = torch.arange(batch + 1, dtype=torch.int32, device=device) * q_len
+    seq_lens = torch.full((batch,), keys, dtype=torch.int32, device=device)
+    values = {"shift": (masks.shift - (keys - q_len)).to(torch.int32).contiguous(),
+              "first": masks.first}
+    arrays = {name: values[field] for name, field in entry.fields}
+    kernel = entry.plan.kernel.kernel
+    if kernel.workspace_size(arrays, num_reqs=batch, num_heads=queries.shape[1]):
+        return None
+    num_blocks = (batch - 1) * per_request + (pages - 1) * _PAGE + 1
+    dtype = kernel.dtype
+    launch = kernel.prepare(queries, _PagedView(key, dtype, num_blocks),
+                            _PagedView(value, dtype, num_blocks), block_table, starts, seq_lens,
+                            out=out, sinks=sinks, max_query_len=0, arrays=arrays, scale=scale,
+                            kv_layout="NHD")
+    return geometry, bytes(launch.args), (launch, block_table, starts, seq_lens, arrays)
 
 
 _layer_op_traceable = None
@@ -359,7 +533,7 @@ def _cuda_attention(torch, layer, masks, query, key, value, scaling, sinks):
     if _layer_op_traceable is None:
         _layer_op_traceable = torch._dynamo.assume_constant_result(_layer_op)
     from . import _torch_ops
-    from .flex import _compiling, _usable
+    from .flex import _compiling, _usable, in_graph_starts
     batch, heads, q_len, head_dim = query.shape
     op_key, fields = _layer_op_traceable(layer.kind, layer.window, layer.softcap,
                                          masks.valid is not None, head_dim, query.dtype,
@@ -371,9 +545,14 @@ def _cuda_attention(torch, layer, masks, query, key, value, scaling, sinks):
         query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
         out = torch.empty_like(query)
         _torch_ops._flex_attention(op_key, query, key, value, out, None, scale, [], [], names,
-                                   arrays, sinks)
+                                   arrays, sinks,
+                                   *in_graph_starts(torch, batch, q_len, key.shape[2],
+                                                    query.device))
         return out.transpose(1, 2)
     query, key, value = _usable(query), _usable(key), _usable(value)
+    out = _planned_decode(torch, layer, masks, query, key, value, scaling, sinks)
+    if out is not None:
+        return out
     # Written as [B, Sq, Hq, D], which transformers reshapes to [B, Sq, Hq * D] without a copy.
     out = torch.empty((batch, q_len, heads, head_dim), dtype=query.dtype, device=query.device)
     _torch_ops._flex_attention(op_key, query, key, value, out.transpose(1, 2), None, scale, [],
