@@ -120,7 +120,19 @@ KvPlan leaf(KvPlan::Kind kind) {
   return plan;
 }
 
+// Intersect or Hull of two plans, with the identities that hold exactly for fj::kvr's bounds
+// (every bound lies within all()): all() absorbs a hull and drops out of an intersection, and
+// none() drops out of a hull. So `window || global_token[kv]` bounds nothing and its hook is a
+// constant rather than per-tile code whose value is all() anyway (the Longformer mask: that
+// code in the consumers made ptxas serialize the wgmma and the kernel was built twice,
+// docs/hopper.md#pitfalls).
 KvPlan combine(KvPlan::Kind kind, KvPlan a, KvPlan b) {
+  const bool hull = kind == KvPlan::Hull;
+  for (KvPlan* side : {&a, &b}) {
+    KvPlan& other = side == &a ? b : a;
+    if (side->kind == KvPlan::All) return hull ? leaf(KvPlan::All) : std::move(other);
+    if (side->kind == KvPlan::None && hull) return std::move(other);
+  }
   KvPlan plan;
   plan.kind = kind;
   plan.children.push_back(std::move(a));

@@ -282,6 +282,36 @@ TEST_CASE("kv_range solves each comparison on kv and checks the answer", "[emit]
   CHECK_THAT(all_range, Catch::Contains("return fj::kvr::to_range(fj::kvr::all());"));
 }
 
+TEST_CASE("kv_range folds the bounds that all keys absorb", "[emit][kv_range]") {
+  // Longformer: a window || global keys || global queries. The global keys bound nothing, so
+  // the whole hull is every key: a constant hook, with no per-tile read of the array (that code
+  // in the consumers made ptxas serialize the wgmma, docs/hopper.md#pitfalls).
+  const Expr global_kv =
+      ir::Load::make(ir::Type::Int, 0, "global_token", 1, kv(), ir::IntImm::make(0));
+  const Expr global_q =
+      ir::Load::make(ir::Type::Int, 0, "global_token", 1, q(), ir::IntImm::make(0));
+  const Expr window = ir::LE::make(ir::Abs::make(ir::Sub::make(q(), kv())), ir::IntImm::make(256));
+  const Expr longformer =
+      ir::Or::make(ir::Or::make(window, ir::NE::make(global_kv, ir::IntImm::make(0))),
+                   ir::NE::make(global_q, ir::IntImm::make(0)));
+  const std::string range =
+      hook(emit_cuda_variant(variant_of("longformer", longformer), "Longformer"), "kv_range");
+  CHECK_THAT(range, Catch::EndsWith("return fj::kvr::to_range(fj::kvr::all());"));
+  CHECK(count(range, "fj::kvr::") == 2);
+  CHECK_THAT(range, !Catch::Contains("load_int"));
+
+  // An unbounded side drops out of an intersection: document && causal is causal's range.
+  const Expr document = ir::And::make(
+      ir::EQ::make(ir::Load::make(ir::Type::Int, 0, "doc", 1, q(), ir::IntImm::make(0)),
+                   ir::Load::make(ir::Type::Int, 0, "doc", 1, kv(), ir::IntImm::make(0))),
+      causal());
+  const std::string document_range =
+      hook(emit_cuda_variant(variant_of("document", document), "Document"), "kv_range");
+  const std::string causal_range =
+      hook(emit_cuda_variant(variant_of("causal", causal()), "Causal"), "kv_range");
+  CHECK(document_range == causal_range);
+}
+
 TEST_CASE("a score hook computes the score IR from s", "[emit][float]") {
   // softcap: 50.0 * tanh(score / 50.0), tanh by the special function unit in scores
   // (fj::ftanh_approx); masks keep the library tanh
