@@ -443,7 +443,7 @@ def _pageable(query, key, value):
     return (key.shape[0] - 1) * (s0 // s2) + key.shape[2] + _PAGE < 2**31
 
 
-def _planned_decode(torch, layer, masks, query, key, value, scaling, sinks):
+def _planned_decode(torch, layer, masks, query, key, value, scale, sinks):
     """The layer's decode step through a plan's split-KV decode kernel (eager CUDA calls whose
     packed query rows, query tokens times the GQA group, are at most 32, with left padding);
     None where it does not apply (the caller runs flex_attention's kernel). Returns out
@@ -465,7 +465,6 @@ def _planned_decode(torch, layer, masks, query, key, value, scaling, sinks):
             queries.data_ptr() % 16:
         queries = queries.contiguous()
     out = torch.empty((batch * q_len, heads, head_dim), dtype=query.dtype, device=query.device)
-    scale = float(scaling) if scaling is not None else 0.0
     geometry = (queries.shape, queries.stride(), key.shape, key.stride(), sinks is None, scale)
     step = masks._steps.get(id(entry))
     if step is None or step[0] != geometry:
@@ -494,6 +493,7 @@ def view_block_table(torch, batch, per_request, pages, device):
 def _decode_step(torch, entry, masks, geometry, queries, key, value, out, sinks, scale):
     """(geometry, the checked struct as bytes, what it points into) of a forward's decode steps
     of one plan (_planned_decode); None when the plan's kernel would need a workspace."""
+    from .flex import _starts
     batch, kv_heads, keys, _ = key.shape
     q_len = queries.shape[0] // batch
     s0, _, s2, _ = key.stride()
@@ -505,7 +505,7 @@ def _decode_step(torch, entry, masks, geometry, queries, key, value, out, sinks,
     device = queries.device
     per_request = s0 // s2
     block_table = view_block_table(torch, batch, per_request, pages, device)
-    starts = torch.arange(batch + 1, dtype=torch.int32, device=device) * q_len
+    starts = _starts(batch, q_len, queries, False)
     seq_lens = torch.full((batch,), keys, dtype=torch.int32, device=device)
     values = {"shift": (masks.shift - (keys - q_len)).to(torch.int32).contiguous(),
               "first": masks.first}
@@ -550,7 +550,7 @@ def _cuda_attention(torch, layer, masks, query, key, value, scaling, sinks):
                                                     query.device))
         return out.transpose(1, 2)
     query, key, value = _usable(query), _usable(key), _usable(value)
-    out = _planned_decode(torch, layer, masks, query, key, value, scaling, sinks)
+    out = _planned_decode(torch, layer, masks, query, key, value, scale, sinks)
     if out is not None:
         return out
     # Written as [B, Sq, Hq, D], which transformers reshapes to [B, Sq, Hq * D] without a copy.
