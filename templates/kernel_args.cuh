@@ -35,19 +35,26 @@ FJ_HD constexpr bool prefill_uses_wgmma(int head_dim, bool sm90a) {
   return sm90a && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 // Keys per K/V tile: 128 at head dim 64, where a 64-key tile's softmax, barriers and row-max
-// shuffles cost as much as its MMAs; 64 above, and for variants whose per-element mask and
-// score take more than kWgmmaWideTileOperations operations (prefix_ranges: 35; ptxas
-// serializes the wgmma of its 128-key tile). The host sizes shared memory for the widest
-// (element_operations 0). (128-key tiles at head dim 128 fit the registers, with two stages,
-// but were 4-20% slower on the H100: bench/history/hopper-notes.md.)
+// shuffles cost as much as its MMAs; at 128 where the variant allows it (`wide`:
+// Variant::kWideKeyTiles, no loads per element and a mask whose structure computes little more
+// with 128-key tiles) and the cache is not fp8 (its converted parts would not fit beside two
+// 128-key stages); else 64, always at 256 and for variants whose per-element mask and score
+// take more than kWgmmaWideTileOperations operations (prefix_ranges: 35; ptxas serializes the
+// wgmma of its 128-key tile). The host sizes shared memory for the widest (the defaults). At
+// head dim 128 the two stages of 128 keys take K and V rings of their own (split_kv_rings):
+// with one ring such tiles were 4-20% slower (bench/history/hopper-notes.md).
 constexpr int kWgmmaWideTileOperations = 16;
-FJ_HD constexpr int wgmma_block_n(int head_dim, int element_operations = 0) {
-  return head_dim == 64 && element_operations <= kWgmmaWideTileOperations ? 128 : 64;
+FJ_HD constexpr int wgmma_block_n(int head_dim, int element_operations = 0, bool kv_fp8 = false,
+                                  bool wide = true) {
+  return (head_dim == 64 || (head_dim == 128 && wide && !kv_fp8)) &&
+                 element_operations <= kWgmmaWideTileOperations
+             ? 128
+             : 64;
 }
-// The K/V stages share 128 KiB: four of 64 keys at head dim 128 or of 128 keys at 64, two of
-// 64 keys at 256. With Q (16 to 64 KiB) that leaves room for the key terms.
-// (A function, not a namespace-scope constant: NVRTC wrote that one into every kernel's PTX as
-// an unused global.)
+// The K/V stages share 128 KiB: four of 128 keys at head dim 64, two of 128 keys at 128 (four of
+// 64 with an fp8 cache), two of 64 keys at 256. With Q (16 to 64 KiB) that leaves room for the key
+// terms. (A function, not a namespace-scope constant: NVRTC wrote that one into every kernel's PTX
+// as an unused global.)
 FJ_HD constexpr int wgmma_stage_bytes() {
   return 128 * 1024;
 }
@@ -57,14 +64,15 @@ FJ_HD constexpr int wgmma_stages(int head_dim, int block_n) {
              : kWgmmaMaxStages;
 }
 // The three warpgroups share the 168 registers per thread that one CTA of 384 threads has:
-// the consumers take 216 (224 at head dim 256, for O's 128 accumulators), the producer the
-// rest (72, or 56). A consumer holds S (64 registers at 128 keys), one P (32: the next tile's
-// exponentials wait in S until the PV in flight is done) and O.
-FJ_HD constexpr int wgmma_consumer_registers(int head_dim) {
-  return head_dim > 128 ? 224 : 216;
+// the consumers take 216, or 224 where O and S together are 128 accumulators (head dim 256: O
+// alone; 128 with 128-key tiles: gemma2_local spilled 36 bytes at 216), the producer the rest
+// (72, or 56). A consumer holds S, one P (the next tile's exponentials wait in S until the PV in
+// flight is done) and O.
+FJ_HD constexpr int wgmma_consumer_registers(int head_dim, int block_n) {
+  return head_dim > 128 || (head_dim == 128 && block_n == 128) ? 224 : 216;
 }
-FJ_HD constexpr int wgmma_producer_registers(int head_dim) {
-  return kWgmmaRegisterPool - 2 * wgmma_consumer_registers(head_dim);
+FJ_HD constexpr int wgmma_producer_registers(int head_dim, int block_n) {
+  return kWgmmaRegisterPool - 2 * wgmma_consumer_registers(head_dim, block_n);
 }
 
 // Launch shape of the prefill kernel of a head dim, on sm_90a or not.
@@ -88,7 +96,7 @@ FJ_HD constexpr int wgmma_fp8_slots(int head_dim) {
   return head_dim > 128 ? 1 : 4;
 }
 FJ_HD constexpr int wgmma_fp8_part_bytes(int head_dim) {
-  return wgmma_block_n(head_dim) * head_dim;  // the widest tile's
+  return wgmma_block_n(head_dim, 0, true) * head_dim;  // the widest fp8 tile's
 }
 // The wgmma kernel's: Q and the K/V stages, unpadded (128-byte swizzle), plus 1024 bytes to
 // align them to the swizzle pattern; with an fp8 cache also the e4m3 parts. The mma.sync

@@ -77,17 +77,21 @@ FJ_HD constexpr bool split_kv_rings(int stages, bool kv_fp8) {
   return stages < 3 && !kv_fp8;
 }
 
+// Keys per K/V tile of a variant's kernel (wgmma_block_n).
+template <class Variant, int kHeadDim, bool kKvFp8>
+FJ_HD constexpr int wgmma_variant_block_n() {
+  return wgmma_block_n(kHeadDim, Variant::kElementOperations, kKvFp8, Variant::kWideKeyTiles);
+}
+
 // Where the key terms read arrays (Variant::kKeyTermsLoad: doc[b, kv]) or hold a loop
 // (kKeyTermsLoop; kStagedKeyTerms) the producer stages each tile's in shared memory beside its
 // K/V stage, so that a consumer's Partial tile reads them there instead of waiting on global
 // loads, or running the loop per key it meets, between its S and its softmax: one slot per key
 // of each stage, else one unused slot.
-template <class Variant, int kHeadDim>
+template <class Variant, int kHeadDim, bool kKvFp8>
 FJ_HD constexpr int wgmma_key_term_slots() {
-  return kStagedKeyTerms<Variant, true>
-             ? wgmma_stages(kHeadDim, wgmma_block_n(kHeadDim, Variant::kElementOperations)) *
-                   wgmma_block_n(kHeadDim, Variant::kElementOperations)
-             : 1;
+  constexpr int block_n = wgmma_variant_block_n<Variant, kHeadDim, kKvFp8>();
+  return kStagedKeyTerms<Variant, true> ? wgmma_stages(kHeadDim, block_n) * block_n : 1;
 }
 
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kKvFp8, bool kProducer>
@@ -98,7 +102,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
                 "the wgmma kernel takes head dims in 64-column chunks");
   static_assert(kPageSize % 16 == 0, "page size must be a multiple of 16 (0: contiguous)");
   constexpr int kBlockM = kWgmmaBlockM;
-  constexpr int kBlockN = wgmma_block_n(kHeadDim, Variant::kElementOperations);
+  constexpr int kBlockN = wgmma_variant_block_n<Variant, kHeadDim, kKvFp8>();
   constexpr int kSAccumulators = kBlockN / kChunkColumns;  // m64n64 accumulators of S
   constexpr int kStages = wgmma_stages(kHeadDim, kBlockN);
   constexpr int kConsumerThreads = kWgmmaThreads - kWgmmaProducerThreads;
@@ -682,10 +686,10 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
 // every role runs the CTA's blocks in step.
 template <class Variant, int kHeadDim, bool kBF16, int kPageSize, bool kKvFp8 = false>
 __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
-  constexpr int kBlockN = wgmma_block_n(kHeadDim, Variant::kElementOperations);
+  constexpr int kBlockN = wgmma_variant_block_n<Variant, kHeadDim, kKvFp8>();
   constexpr int kStages = wgmma_stages(kHeadDim, kBlockN);
   // Here, not in the block function: that is instantiated once per role.
-  __shared__ KeyTerms<Variant> key_terms[wgmma_key_term_slots<Variant, kHeadDim>()];
+  __shared__ KeyTerms<Variant> key_terms[wgmma_key_term_slots<Variant, kHeadDim, kKvFp8>()];
   KvPipeline pipe;
   constexpr bool kSplitRings = split_kv_rings(kStages, kKvFp8);
   if (threadIdx.x == 0) {
@@ -703,7 +707,7 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
   }
   __syncthreads();
   if (threadIdx.x < kWgmmaProducerThreads) {
-    setmaxnreg_dec<wgmma_producer_registers(kHeadDim)>();
+    setmaxnreg_dec<wgmma_producer_registers(kHeadDim, kBlockN)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
       prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, kKvFp8, true>(args, request, kv_head,
                                                                             row0, pipe, key_terms);
@@ -711,7 +715,7 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
     // Split rings: no copy outlives its thread (the consumers wait for every one anyway).
     if constexpr (kSplitRings) cp_async_wait_all();
   } else {
-    setmaxnreg_inc<wgmma_consumer_registers(kHeadDim)>();
+    setmaxnreg_inc<wgmma_consumer_registers(kHeadDim, kBlockN)>();
     run_prefill_work<kWgmmaBlockM>(args, [&](int request, int kv_head, int row0) {
       prefill_block_sm90<Variant, kHeadDim, kBF16, kPageSize, kKvFp8, false>(args, request, kv_head,
                                                                              row0, pipe, key_terms);

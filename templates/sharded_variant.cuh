@@ -58,6 +58,9 @@ struct ShardedVariant {
   static constexpr bool kDiagonal = false;
   static constexpr int kElementOperations = V::kElementOperations;
   static constexpr bool kKeyTermsLoad = V::kKeyTermsLoad;
+  // 64-key tiles: the shard map's key terms beside a 128-key tile's S made ptxas spill
+  // (chunked 36 bytes, causal_alibi 24 at head dim 128).
+  static constexpr bool kWideKeyTiles = false;
   static constexpr bool kRolledMask = V::kRolledMask;
   static constexpr bool kKeyTermsLoop = V::kKeyTermsLoop;
 

@@ -24,6 +24,9 @@ struct VariantBase {
   static constexpr int kElementOperations = 0;
   // Whether the key terms read runtime arrays (the Hopper kernel's producer stages them).
   static constexpr bool kKeyTermsLoad = false;
+  // Whether the Hopper kernel may take 128-key tiles at head dim 128: no loads per element, and
+  // the mask's structure computes little more with them (emit_cuda.cpp, wide_key_tiles).
+  static constexpr bool kWideKeyTiles = false;
   // Whether the mask's element part is a loop (a rolled any/all): the kernels then evaluate a
   // tile's elements by one loop into bits (element_bits.cuh) instead of inlining it per element.
   static constexpr bool kRolledMask = false;

@@ -1,6 +1,7 @@
 // Evaluation and tile classification of a lowered mask: a walk for concrete values, the
 // compiled interval analysis (interval_tape.h) for tiles, the meaning of each operation coming
 // from templates/fj_ops.cuh.
+#include <algorithm>
 #include <array>
 #include <memory>
 
@@ -143,6 +144,23 @@ KvRange MaskAnalysis::kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
                     params_or_zero(params)};
   const fj::KvRange range = fj::kvr::to_range(plans_->program.kv_bound(box));
   return {range.lo, range.hi};
+}
+
+int64_t MaskAnalysis::computed_elements(int32_t probe, int32_t tile_q, int32_t tile_k,
+                                        const fj::MaskParams* params) const {
+  int64_t elements = 0;
+  for (int32_t q0 = 0; q0 < probe; q0 += tile_q) {
+    const int32_t q1 = std::min(probe, q0 + tile_q);
+    const KvRange range = kv_range(0, 0, q0, q1, params);
+    const int32_t hi = std::min(range.hi, probe);
+    // Tiles start at multiples of tile_k, as the kernels' do.
+    for (int32_t k0 = std::max(range.lo, 0) / tile_k * tile_k; k0 < hi; k0 += tile_k) {
+      const int32_t k1 = std::min(probe, k0 + tile_k);
+      if (classify({0, 0, q0, q1, k0, k1}, params) != TileClass::Empty)
+        elements += int64_t{q1 - q0} * (k1 - k0);
+    }
+  }
+  return elements;
 }
 
 TileClass classify_tile(const Variant& variant, const Tile& tile, const fj::MaskParams* params) {

@@ -281,3 +281,67 @@ TEST_CASE("causal and sliding are classified exactly", "[classify][exact]") {
 
 }  // namespace
 }  // namespace flexjit
+
+namespace flexjit {
+namespace {
+
+// The key tile width the code generator picks for the Hopper kernel at head dim 128
+// (kWideKeyTiles, docs/hopper.md#tile-width) from the mask's structure: 128 keys where they
+// compute little more than 64 (causal-shaped masks, arrays of zeros standing for runtime data),
+// 64 where bands or periodic columns would turn Empty halves into computed tiles, where the
+// structure is in a runtime parameter, and where the element part loads per element.
+TEST_CASE("wide key tiles follow the mask's structure", "[emit][classify]") {
+  std::vector<dsl::Diagnostic> diagnostics;
+  const dsl::Module module = dsl::parse_and_check(
+      {"tiles.mask",
+       "const window: int = 1024\n"
+       "const stride: int = 128\n"
+       "param w: int\n"
+       "param doc: int[b, kv]\n"
+       "param global_token: int[kv]\n"
+       "param bias: float[h, d]\n"
+       "mask causal = q >= kv\n"
+       "mask modular = causal && (kv - q) % 3 != 1\n"
+       "mask document = causal && doc[b, q] == doc[b, kv]\n"
+       "mask chunked = causal && q / 8192 == kv / 8192\n"
+       "mask sliding = causal && q - kv < window\n"
+       "mask runtime_window = causal && q - kv < w\n"
+       "mask fixed = causal && (q / stride == kv / stride || kv % stride >= stride - 8)\n"
+       "mask longformer = abs(q - kv) <= 256 || global_token[kv] != 0\n"
+       "mask image2d = abs(q / 128 - kv / 128) <= 7 && abs(q % 128 - kv % 128) <= 7\n"
+       "score biased = score + bias[h, clamp(q - kv, 0, 255)]\n"
+       "variant causal_biased = causal with biased\n"},
+      diagnostics);
+  REQUIRE_FALSE(dsl::has_errors(diagnostics));
+  const auto wide = [&](const char* name) {
+    Result<Variant> variant = lower_mask(module, name);
+    REQUIRE(variant.ok());
+    return emit_cuda_variant(*variant, "V").find("kWideKeyTiles = true;") != std::string::npos;
+  };
+  CHECK(wide("causal"));
+  CHECK(wide("modular"));
+  CHECK(wide("document"));
+  CHECK(wide("chunked"));
+  CHECK_FALSE(wide("sliding"));
+  CHECK_FALSE(wide("runtime_window"));
+  CHECK_FALSE(wide("fixed"));
+  CHECK_FALSE(wide("longformer"));
+  CHECK_FALSE(wide("image2d"));
+  CHECK_FALSE(wide("causal_biased"));
+
+  // The probe itself: causal's computed elements at 64 and 128 keys per tile, 64 queries.
+  Result<Variant> causal = lower_mask(module, "causal");
+  REQUIRE(causal.ok());
+  const MaskAnalysis analysis(*causal);
+  // Row r of 64 queries reaches key 64 r + 63: 64-key tiles 0..r, 128-key tiles 0..r/2.
+  int64_t narrow = 0, wide_elements = 0;
+  for (int64_t r = 0; r < 16; ++r) {
+    narrow += 64 * 64 * (r + 1);
+    wide_elements += 64 * 128 * (r / 2 + 1);
+  }
+  CHECK(analysis.computed_elements(1024, 64, 64, nullptr) == narrow);
+  CHECK(analysis.computed_elements(1024, 64, 128, nullptr) == wide_elements);
+}
+
+}  // namespace
+}  // namespace flexjit

@@ -75,7 +75,8 @@ TEST_CASE("the causal variant defines only what differs from VariantBase", "[emi
                                      "`causal`)\n// mask: q >= kv\n"));
   CHECK_THAT(code, Catch::Contains("struct CausalVariant : fj::VariantBase<CausalVariant> {\n"
                                    "  static constexpr bool kDiagonal = true;\n"
-                                   "  static constexpr int kElementOperations = 1;\n\n"));
+                                   "  static constexpr int kElementOperations = 1;\n"
+                                   "  static constexpr bool kWideKeyTiles = true;\n\n"));
   // The defaults (false, no terms, no score) are VariantBase's.
   CHECK_THAT(code, !Catch::Contains("kHasScore"));
   CHECK_THAT(code, !Catch::Contains("kUsesHead"));

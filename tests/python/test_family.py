@@ -277,23 +277,37 @@ def brute_force_tiles(w, tile):
 
 @unittest.skipUnless(cli_available(), "build/bin/flexjit not built")
 class TilesTest(unittest.TestCase):
-    def hints(self, w):
+    def hints(self, w, tile_k=64):
         return lambda extra: run_hints(FAMILY if w.mask_file else
                                        support.REPO / "dsl" / "lib" / "standard.mask",
-                                       w, "{}x{}".format(*W.flexjit_tile(w)), extra)
+                                       w, "{}x{}".format(*W.flexjit_tile(w, tile_k)), extra)
 
     def test_causal_dense_flops(self):
         w = W.Workload(name="t", kind="prefill", flexjit_mask="causal", mask="causal",
                        score=None, requests=((256, 256),))
-        self.assertEqual(W.flexjit_tile(w), (32, 64))  # 128 MMA rows = 32 positions x 4 heads
+        # 128 MMA rows = 32 positions x 4 heads
+        self.assertEqual(W.flexjit_tile(w, 64), (32, 64))
         # Row r of 32 positions reaches key 32 r + 31: tiles c with 64 c <= 32 r + 31.
         per_kv_head = sum(1 for r in range(8) for c in range(4) if 64 * c <= 32 * r + 31)
         self.assertEqual(per_kv_head, 20)
-        tiles = W.computed_tiles(w, self.hints(w))
+        tiles = W.computed_tiles(w, self.hints(w), 64)
         self.assertEqual(tiles, per_kv_head * 8)
-        self.assertEqual(W.dense_equivalent_flops(w, tiles), 4 * 128 * 128 * 64 * 20 * 8)
+        self.assertEqual(W.dense_equivalent_flops(w, tiles, 64), 4 * 128 * 128 * 64 * 20 * 8)
+        # With 128-key tiles: tiles c with 128 c <= 32 r + 31.
+        wide = sum(1 for r in range(8) for c in range(2) if 128 * c <= 32 * r + 31)
+        self.assertEqual(W.computed_tiles(w, self.hints(w, 128), 128), wide * 8)
         # Causal's visible pairs are 256 * 257 / 2 of the 20 tiles' 20 * 32 * 64 per head.
         self.assertEqual(W.flops(w, W.visible_pairs(w)), 4 * 128 * 32 * 256 * 257 // 2)
+
+    def test_key_tile_follows_the_variant_struct(self):
+        # templates/kernel_args.cuh, wgmma_block_n: what the emitted constants choose.
+        self.assertEqual(W.key_tile(64, 7, False), 128)
+        self.assertEqual(W.key_tile(64, 35, False), 64)
+        self.assertEqual(W.key_tile(128, 1, True), 128)
+        self.assertEqual(W.key_tile(128, 1, False), 64)
+        self.assertEqual(W.key_tile(128, 1, True, kv_fp8=True), 64)
+        self.assertEqual(W.key_tile(128, 35, True), 64)
+        self.assertEqual(W.key_tile(256, 1, True), 64)
 
     def test_family_tiles_cover_the_visible_ones(self):
         # The kernel computes at least every tile with a visible pair; where the analysis is
@@ -301,8 +315,8 @@ class TilesTest(unittest.TestCase):
         exact = {"dilated", "image2d", "streaming", "head_windows", "bigbird", "longformer"}
         for w in small_family(256, 256, num_heads=8, num_kv_heads=2):
             with self.subTest(mask=w.mask):
-                tiles = W.computed_tiles(w, self.hints(w))
-                want = brute_force_tiles(w, W.flexjit_tile(w))
+                tiles = W.computed_tiles(w, self.hints(w), 64)
+                want = brute_force_tiles(w, W.flexjit_tile(w, 64))
                 self.assertGreaterEqual(tiles, want)
                 if w.mask in exact:
                     self.assertEqual(tiles, want)

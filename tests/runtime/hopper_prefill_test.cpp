@@ -42,18 +42,18 @@ TEST_CASE("sm_90a at head dims 64, 128 and 256 gets the warp-specialized wgmma k
     CHECK(shape.wgmma);
     CHECK(shape.block_m == fj::kWgmmaBlockM);
     CHECK(shape.threads == fj::kWgmmaThreads);
-    // Q and 128 KiB of K/V stages: four of 128 keys at head dim 64, four of 64 keys at 128,
+    // Q and 128 KiB of K/V stages: four of 128 keys at head dim 64, two of 128 keys at 128,
     // two of 64 keys at 256; unpadded, plus the swizzle alignment; within the H100's 227 KiB.
-    const int keys = head_dim == 64 ? 128 : 64;
-    const int stages = head_dim == 256 ? 2 : 4;
+    const int keys = head_dim == 256 ? 64 : 128;
+    const int stages = head_dim == 64 ? 4 : 2;
     CHECK(fj::wgmma_block_n(head_dim) == keys);
     CHECK(fj::wgmma_stages(head_dim, keys) == stages);
     CHECK(shape.smem_bytes == 1024 + (128 + stages * 2 * keys) * head_dim * 2);
     CHECK(shape.smem_bytes <= 227 * 1024);
     // Budgets of the producer and the consumers fill the register file of one CTA of 384
     // threads at the 168 registers per thread that __launch_bounds__(384, 1) leaves.
-    const int producer = fj::wgmma_producer_registers(head_dim);
-    const int consumer = fj::wgmma_consumer_registers(head_dim);
+    const int producer = fj::wgmma_producer_registers(head_dim, keys);
+    const int consumer = fj::wgmma_consumer_registers(head_dim, keys);
     CHECK(128 * producer + 256 * consumer == 384 * 168);
     CHECK(producer % 8 == 0);
     CHECK(consumer % 8 == 0);
@@ -65,8 +65,14 @@ TEST_CASE("sm_90a at head dims 64, 128 and 256 gets the warp-specialized wgmma k
   // for 128), with as many stages as fit.
   CHECK(fj::wgmma_block_n(64, 3) == 128);
   CHECK(fj::wgmma_block_n(64, 35) == 64);
-  CHECK(fj::wgmma_block_n(128, 0) == 64);
+  CHECK(fj::wgmma_block_n(128, 35) == 64);
   CHECK(fj::wgmma_stages(128, 64) == 4);
+  // An fp8 cache keeps 64-key tiles at head dim 128: its converted parts fit beside four stages
+  // of 64 keys, not two of 128.
+  CHECK(fj::wgmma_block_n(128, 0, true) == 64);
+  CHECK(fj::wgmma_block_n(64, 0, true) == 128);
+  for (const int head_dim : {64, 128, 256})
+    CHECK(fj::paged_prefill_smem_bytes(head_dim, true, true) + 8 * 1024 <= 227 * 1024);
   CHECK(fj::wgmma_stages(64, 64) == 4);
 
   // Everything else keeps the mma.sync kernel.

@@ -60,6 +60,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 import statistics
 import subprocess
@@ -623,16 +624,33 @@ def flexjit_cli(explicit=None):
     return None
 
 
-def hints_tiles(cli, mask_file, w):
+def emitted_key_tile(cli, mask_file, w):
+    """Keys per K/V tile of the workload's Hopper prefill kernel (W.key_tile), from the variant
+    struct `flexjit emit` writes; None without the CLI or where it fails."""
+    if cli is None:
+        return None
+    done = subprocess.run([str(cli), "emit", str(mask_file), "--mask", w.flexjit_mask,
+                           "--head-dim", str(w.head_dim), "--arch", "sm_90a"],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        log(f"{w.name}: flexjit emit failed: {done.stderr.strip().splitlines()[:1]}")
+        return None
+    operations = re.search(r"kElementOperations = (\d+);", done.stdout)
+    wide = re.search(r"kWideKeyTiles = true;", done.stdout) is not None
+    return W.key_tile(w.head_dim, int(operations.group(1)) if operations else 0, wide,
+                      w.kv_dtype == "fp8")
+
+
+def hints_tiles(cli, mask_file, w, tile_k):
     """W.computed_tiles through the CLI: the library's own tile map of the workload."""
-    command = W.hints_command(cli, mask_file, w)
+    command = W.hints_command(cli, mask_file, w, tile_k)
 
     def hints(extra):
         done = subprocess.run(command + extra, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"flexjit hints: {done.stderr.strip().splitlines()[:1]}")
         return json.loads(done.stdout)
-    return W.computed_tiles(w, hints)
+    return W.computed_tiles(w, hints, tile_k)
 
 
 def mask_census(inputs, tile, device="cuda"):
@@ -680,7 +698,9 @@ def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, 
                  fa4_pages=None, page_read=None):
     log(f"{w.name}: building inputs")
     inputs = Inputs(w)
-    tile = W.flexjit_tile(w) if (w.kind == "prefill" and len(w.requests) == 1) else None
+    tile_k = (emitted_key_tile(cli, mask_file, w)
+              if (w.kind == "prefill" and len(w.requests) == 1) else None)
+    tile = W.flexjit_tile(w, tile_k)
     census = None
     if w.family:
         census = mask_census(inputs, tile)
@@ -692,7 +712,7 @@ def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, 
         try:
             if cli is None:
                 raise RuntimeError("no flexjit CLI")
-            tiles, tiles_source = hints_tiles(cli, mask_file, w), "flexjit hints"
+            tiles, tiles_source = hints_tiles(cli, mask_file, w, tile_k), "flexjit hints"
         except Exception as error:  # the predicate's count: a floor under the kernel's
             log(f"{w.name}: tiles from the predicate ({type(error).__name__}: "
                 f"{str(error)[:120]})")
@@ -771,7 +791,7 @@ def run_workload(w, ctx, program, mask_file, l2_bytes, quick, settle, cli=None, 
             row.update(extra)
             if impl.startswith("flexjit") and tiles is not None:
                 row.update(tiles=tiles, tile=f"{tile[0]}x{tile[1]}", tiles_source=tiles_source,
-                           dense_flop=W.dense_equivalent_flops(w, tiles))
+                           dense_flop=W.dense_equivalent_flops(w, tiles, tile_k))
                 row["dense_tflops"] = row["dense_flop"] / row["ms"] / 1e9
             for key in ("launch_us", "call_us", "block_mask_ms", "plan_us", "run_us",
                         "graph_ms"):

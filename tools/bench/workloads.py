@@ -597,23 +597,34 @@ def brute_force_pairs(workload):
     return total // len(heads) if total % len(heads) == 0 else total / len(heads)
 
 
-def flexjit_tile(workload):
+def key_tile(head_dim, element_operations, wide_key_tiles, kv_fp8=False):
+    """Keys per K/V tile of flexjit's Hopper prefill kernel: wgmma_block_n of
+    templates/kernel_args.cuh, from what `flexjit emit` writes into the variant struct
+    (kElementOperations, kWideKeyTiles)."""
+    if element_operations > 16:
+        return 64
+    if head_dim == 64 or (head_dim == 128 and wide_key_tiles and not kv_fp8):
+        return 128
+    return 64
+
+
+def flexjit_tile(workload, tile_k):
     """(query positions, keys) of one tile of flexjit's prefill kernel (templates/
     kernel_args.cuh): 128 rows of the MMA hold 128 / group query positions of every head of
-    the kv head's group (GQA packing), by wgmma_block_n keys: 64 at head dim 128 and 256.
-    None at head dim 64, whose key tile depends on the mask's element operations."""
+    the kv head's group (GQA packing), by tile_k keys (key_tile()). None where the group
+    does not divide 128 or tile_k is None."""
     group = workload.num_heads // workload.num_kv_heads
-    if workload.head_dim == 64 or 128 % group:
+    if tile_k is None or 128 % group:
         return None
-    return 128 // group, 64
+    return 128 // group, tile_k
 
 
-def dense_equivalent_flops(workload, computed_tiles):
+def dense_equivalent_flops(workload, computed_tiles, tile_k):
     """4 * head_dim * 128 * tile_k per computed tile (full or partial): what the kernel's MMAs
     do over the tiles it does not skip, whatever the mask removes inside them.
     computed_tiles counts the (query positions x keys) tiles of flexjit_tile(), summed over
     the kv heads (each covers its group's query heads) and requests."""
-    tile_q, tile_k = flexjit_tile(workload)
+    tile_q, tile_k = flexjit_tile(workload, tile_k)
     group = workload.num_heads // workload.num_kv_heads
     return 4 * workload.head_dim * tile_q * group * tile_k * computed_tiles
 
@@ -668,14 +679,14 @@ def hints_sets(workload):
     return sets
 
 
-def computed_tiles(workload, hints):
+def computed_tiles(workload, hints, tile_k):
     """Tiles flexjit's prefill kernel computes (full or partial, not skipped), in tiles of
-    flexjit_tile(), summed over the kv heads, for a one-request prefill workload; None where
-    that does not apply. hints(extra_args) runs `flexjit hints ... --json` with the shape,
-    tile, mask file and mask filled in and returns its JSON (the caller runs the CLI). A mask
-    that reads h is mapped per query head and a tile counts when any head of its kv head's
-    group computes it (the kernel's rows hold the whole group)."""
-    tile = flexjit_tile(workload)
+    flexjit_tile(workload, tile_k), summed over the kv heads, for a one-request prefill
+    workload; None where that does not apply. hints(extra_args) runs `flexjit hints ... --json`
+    with the shape, tile, mask file and mask filled in and returns its JSON (the caller runs the
+    CLI). A mask that reads h is mapped per query head and a tile counts when any head of its kv
+    head's group computes it (the kernel's rows hold the whole group)."""
+    tile = flexjit_tile(workload, tile_k)
     if tile is None or workload.kind != "prefill" or len(workload.requests) != 1:
         return None
     group = workload.num_heads // workload.num_kv_heads
@@ -695,10 +706,10 @@ def computed_tiles(workload, hints):
     return total
 
 
-def hints_command(cli, mask_file, workload):
+def hints_command(cli, mask_file, workload, tile_k):
     """The `flexjit hints` command line computed_tiles() extends."""
     query_len, seq_len = workload.requests[0]
-    tile_q, tile_k = flexjit_tile(workload)
+    tile_q, tile_k = flexjit_tile(workload, tile_k)
     return [str(cli), "hints", str(mask_file), "--mask", workload.flexjit_mask, "--q-len",
             str(query_len), "--kv-len", str(seq_len), "--tile", f"{tile_q}x{tile_k}", "--json"]
 

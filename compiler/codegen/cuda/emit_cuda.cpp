@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "analysis/kv_range_plan.h"
+#include "flexjit/compiler/host_params.h"
 #include "flexjit/compiler/mask.h"
 
 namespace flexjit {
@@ -880,6 +881,8 @@ class SplitHook {
   bool element_loop() const { return element_loop_; }
   // Whether the key terms hold a loop (a rolled any/all of the key alone).
   bool key_terms_loop() const { return key_terms_loop_; }
+  // Whether the element part reads runtime arrays (t5_bias[h, q - kv]): a load per element.
+  bool element_load() const { return element_load_; }
   // Whether the key terms read runtime arrays (doc[b, kv]): loads, not arithmetic.
   bool key_terms_load() const {
     for (const ir::Expr& term : terms_[kKey]) {
@@ -928,8 +931,12 @@ class SplitHook {
   void collect(const ir::Expr& e) {
     if (!visited_.insert(e.get()).second) return;
     // A chain written as a loop computes its terms' parts in the loop, where it is computed.
-    if (rolled_chain(e, kMaxUnrolledTerms)) return;
+    if (rolled_chain(e, kMaxUnrolledTerms)) {
+      if (level(e) == kElement && ir::reads_arrays(e)) element_load_ = true;
+      return;
+    }
     const Level at = level(e);
+    if (at == kElement && e.kind() == ir::ExprKind::Load) element_load_ = true;
     for (int i = 0; i < ir::operand_count(e.kind()); ++i) {
       const ir::Expr& operand = ir::operand(e, i);
       if (ir::operand_count(operand.kind()) == 0) continue;
@@ -951,7 +958,51 @@ class SplitHook {
   int element_operations_ = 0;
   bool element_loop_ = false;
   bool key_terms_loop_ = false;
+  bool element_load_ = false;
 };
+
+}  // namespace
+
+namespace {
+
+// Whether the Hopper kernel may take 128-key tiles at head dim 128 (kWideKeyTiles,
+// docs/hopper.md#tile-width). A wider tile halves the barriers, row-max shuffles and softmax
+// bookkeeping per MMA, but it computes more of a mask whose visible keys come in narrow bands
+// or periodic columns (a window's edges, fixed's summary columns: a 128-key tile is computed
+// where one of its 64-key halves was Empty), and an element part that loads per element holds
+// twice the loads in flight. So: no element loads, and the mask's structure computes at most
+// 1/32 more elements with 128 keys than with 64 on a probe of 4k queries and keys where every
+// runtime parameter is 0 (arrays of zeros, 4k long along q and kv, 64 along other dimensions),
+// at 16 query positions per tile: the kernel's 128 rows hold 128 / group positions, and the
+// widest GQA group (8) shows the most sparsity a 64-key tile keeps (image2d's 15-key bands
+// within 128-key image rows: equal at 64 positions per tile, half Empty at 16 or 32). A mask that
+// shows nothing there (its structure is in its parameters: a runtime window of 0) keeps the narrow
+// tile.
+bool wide_key_tiles(const Variant& variant, const ir::Expr& mask, bool element_load) {
+  if (element_load) return false;
+  constexpr int32_t kProbe = 4096, kRows = 16, kOtherDim = 64;
+  std::vector<HostArray> arrays;
+  for (const RuntimeParam& array : variant.arrays) {
+    HostArray zeros;
+    std::vector<int32_t> dims;
+    for (const std::string& dim : array.dims)
+      dims.push_back(dim == "q" || dim == "kv" ? kProbe : kOtherDim);
+    zeros.rows = dims.empty() ? 0 : dims[0];
+    zeros.cols = dims.size() > 1 ? dims[1] : 1;
+    // Two position dimensions (bits[q, kv]) would be 64M elements: left empty (unknown).
+    if (int64_t{zeros.rows} * zeros.cols > int64_t{kProbe} * kOtherDim) zeros.rows = zeros.cols = 0;
+    zeros.bits.assign(static_cast<size_t>(zeros.rows) * zeros.cols, 0);
+    arrays.push_back(std::move(zeros));
+  }
+  Variant structure = variant;
+  structure.mask = mask;
+  const HostParams params(structure, std::vector<int32_t>(variant.scalars.size(), 0),
+                          std::move(arrays));
+  const MaskAnalysis analysis(structure);
+  const int64_t narrow = analysis.computed_elements(kProbe, kRows, 64, &params.params());
+  const int64_t wide = analysis.computed_elements(kProbe, kRows, 128, &params.params());
+  return narrow > 0 && wide * 32 <= narrow * 33;
+}
 
 }  // namespace
 
@@ -995,6 +1046,9 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
   constant("bool", "kKeyTermsLoad", mask_hook.key_terms_load() || score_hook.key_terms_load(),
            false);
   constant("bool", "kRolledMask", mask_hook.element_loop(), false);
+  constant("bool", "kWideKeyTiles",
+           wide_key_tiles(variant, mask, mask_hook.element_load() || score_hook.element_load()),
+           false);
   constant("bool", "kKeyTermsLoop", mask_hook.key_terms_loop() || score_hook.key_terms_loop(),
            false);
 

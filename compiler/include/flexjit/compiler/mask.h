@@ -133,6 +133,12 @@ class MaskAnalysis {
   TileClass classify(const Tile& tile, const fj::MaskParams* params) const;
   KvRange kv_range(int32_t b, int32_t h, int32_t q0, int32_t q1,
                    const fj::MaskParams* params) const;
+  // Elements of the tiles of tile_q x tile_k that a kernel computes (inside the row's kv range
+  // and not classified Empty) over queries and keys [0, probe) of request 0, head 0: what the
+  // mask's structure costs at a tile size (the code generator compares key tile widths with
+  // it, before any call's data is known). probe, tile_q and tile_k must be positive.
+  int64_t computed_elements(int32_t probe, int32_t tile_q, int32_t tile_k,
+                            const fj::MaskParams* params) const;
 
   // The precomputed plans and their interval program (compiler/analysis/analysis.h), for the LLVM
   // host code generator, which compiles that program.
