@@ -24,18 +24,19 @@
 namespace {
 
 // The PTX less its declarations of globals that nothing in it references: NVRTC declares one
-// for every static constexpr member of the variant struct and its base (VariantBase), used or not,
-// and where such a constant is declared changes no instruction.
+// for every static constexpr member of the variant struct and its base (VariantBase), used or not
+// (with an initializer where the value is not zero), and where such a constant is declared
+// changes no instruction.
 std::string referenced_ptx(const std::string& ptx) {
   std::string kept;
   std::istringstream lines(ptx);
   for (std::string line; std::getline(lines, line);) {
-    if (line.starts_with(".global ") && line.ends_with(";") &&
-        line.find('=') == std::string::npos) {
-      const size_t name = line.find_last_of(" \t") + 1;
-      const std::string token = line.substr(name, line.size() - 1 - name);
-      const std::string symbol = token.substr(0, token.find('['));  // an array's name
-      if (ptx.find(symbol) == ptx.rfind(symbol)) continue;          // declared, never referenced
+    if (line.starts_with(".global ") && line.ends_with(";")) {
+      const std::string declaration = line.substr(0, line.find(" = "));
+      const size_t name = declaration.find_last_of(" \t") + 1;
+      const std::string token = declaration.substr(name);
+      const std::string symbol = token.substr(0, token.find_first_of("[;"));  // an array's name
+      if (ptx.find(symbol) == ptx.rfind(symbol)) continue;  // declared, never referenced
     }
     kept += line;
     kept += '\n';
