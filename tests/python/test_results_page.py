@@ -127,7 +127,8 @@ class PageTest(unittest.TestCase):
         # Ratios use flexjit's best page (1.0 ms): flex 1.5 ms -> 1.50x, cuDNN 0.8 ms -> 0.80x.
         self.assertEqual(cells[2], "333 (flexjit 1.50×)")
         self.assertIn("625 (flexjit 0.80×)", cells)
-        self.assertIn("n/a", cells)  # sdpa flash did not run
+        # sdpa flash ran on no workload: no column, a note.
+        self.assertIn("| workload | flexjit | flex_attention | sdpa cudnn | targets |", self.page)
 
     def test_targets_met_and_missed(self):
         line = line_of(self.page, "| prefill_causal_16k |")
@@ -229,8 +230,17 @@ class PageTest(unittest.TestCase):
         self.assertNotIn("create_block_mask", self.page)
 
     def test_peer_notes_are_listed(self):
+        self.assertIn("- sdpa flash: no figure in this run (n/a: mask/score or ragged batch "
+                      "not expressible)", self.page)
+        # A peer with a figure somewhere keeps its column, and its n/a cells are notes.
+        rows = RUN["rows"] + [
+            row("prefill_causal_8k", "flexjit page 16", 1.0, tflops=400.0),
+            row("prefill_causal_8k", "sdpa flash", 2.0, tflops=200.0)]
+        page = R.render(R.split_by_family(dict(RUN, rows=rows)))
         self.assertIn("- sdpa flash on prefill_causal_16k: n/a: mask/score or ragged batch "
-                      "not expressible", self.page)
+                      "not expressible", page)
+        self.assertIn("| workload | flexjit | flex_attention | sdpa cudnn | sdpa flash | targets |",
+                      page)
 
     def test_compile_measures_against_their_targets(self):
         self.assertIn("≤ 3 s: 3.500 missed ✗", line_of(self.page, "| cold compile |"))

@@ -349,7 +349,16 @@ def comparison_table(family, result, metric, extra=None):
     """flexjit (every page size) beside each peer of the run, with ratios, the spot check of
     each peer's output against flexjit's, and targets; `extra`, a second flexjit row field."""
     rows = result["rows"]
-    peers = peer_names(rows)
+    # A peer with no figure on any workload of the run (FA4 left out, a backend that refuses
+    # every shape) gets no column: one note says why.
+    absent = {}
+    for peer in peer_names(rows):
+        if not any(row["impl"] == peer and row.get("ms") for row in rows):
+            for note in dict.fromkeys(row.get("note") or "no figure" for row in rows
+                                      if row["impl"] == peer):
+                absent.setdefault(note, []).append(peer)
+    peers = [peer for peer in peer_names(rows)
+             if not any(peer in names for names in absent.values())]
     lines = [_row(["workload", "flexjit"] + peers + ["targets"]),
              "|" + "---|" * (3 + len(peers))]
     notes = {}
@@ -398,6 +407,9 @@ def comparison_table(family, result, metric, extra=None):
     for note, where in notes.items():
         lines.append("")
         lines.append(f"- {', '.join(where)}: {note}")
+    for note, names in absent.items():
+        lines.append("")
+        lines.append(f"- {', '.join(names)}: no figure in this run ({note})")
     return lines, tally
 
 
