@@ -34,12 +34,18 @@ __shared__ KvRange fj_wgmma_kv_range[2];
 
 // Which role computes a block's kv range: the consumers (0, the default build) or the producer
 // (1). The runtime compiles the second where ptxas's report on the first shows serialized wgmma
-// or spills, and keeps the better (KernelSpec::fallback_options, compile_spec): the range's
+// or spills, and keeps the better (KernelSpec::fallbacks, compile_spec): the range's
 // interval code beside the consumers' accumulators made ptxas serialize the Longformer mask's
 // wgmma ("WG.AR in divergent path"), and in the producer's 72 registers it spills for long
 // any/all chains; neither can be told from the mask.
 #ifndef FJ_WGMMA_PRODUCER_KV_RANGE
 #define FJ_WGMMA_PRODUCER_KV_RANGE 0
+#endif
+// 1: 64-key tiles whatever Variant::kWideKeyTiles says. The runtime's fallbacks for a variant
+// that takes 128-key tiles at head dim 128, after the producer's kv range: the wider S spills
+// for some masks that were clean at 64 (generated ones of issue 29's [cliffs-full]).
+#ifndef FJ_WGMMA_NARROW_KEY_TILES
+#define FJ_WGMMA_NARROW_KEY_TILES 0
 #endif
 
 // The K/V ring as each thread sees it: `tiles` counts the tiles that have gone through it, so
@@ -80,7 +86,8 @@ FJ_HD constexpr bool split_kv_rings(int stages, bool kv_fp8) {
 // Keys per K/V tile of a variant's kernel (wgmma_block_n).
 template <class Variant, int kHeadDim, bool kKvFp8>
 FJ_HD constexpr int wgmma_variant_block_n() {
-  return wgmma_block_n(kHeadDim, Variant::kElementOperations, kKvFp8, Variant::kWideKeyTiles);
+  return wgmma_block_n(kHeadDim, Variant::kElementOperations, kKvFp8,
+                       Variant::kWideKeyTiles && FJ_WGMMA_NARROW_KEY_TILES == 0);
 }
 
 // Where the key terms read arrays (Variant::kKeyTermsLoad: doc[b, kv]) or hold a loop

@@ -132,11 +132,14 @@ std::string KernelCache::key(const KernelSpec& spec) {
   hasher.add_number(spec.options.size());
   for (const std::string& option : spec.options)
     hasher.add_field(option);
-  // A spec without fallback options keeps the key it had before they existed.
-  if (!spec.fallback_options.empty()) {
-    hasher.add_number(spec.fallback_options.size());
-    for (const std::string& option : spec.fallback_options)
-      hasher.add_field(option);
+  // A spec without fallbacks keeps the key it had before they existed.
+  if (!spec.fallbacks.empty()) {
+    hasher.add_number(spec.fallbacks.size());
+    for (const std::vector<std::string>& fallback : spec.fallbacks) {
+      hasher.add_number(fallback.size());
+      for (const std::string& option : fallback)
+        hasher.add_field(option);
+    }
   }
   return hasher.hex();
 }
@@ -198,7 +201,7 @@ std::vector<NvrtcHeader> template_headers() {
 
 Result<CompiledSpec> compile_spec(const KernelSpec& spec, bool report) {
   const std::vector<NvrtcHeader> headers = template_headers();
-  const bool choose = !spec.fallback_options.empty();
+  const bool choose = !spec.fallbacks.empty();
   std::vector<std::string> options = spec.options;
   if (report || choose) options.emplace_back(kPtxasVerboseOption);
   Result<NvrtcOutput> first =
@@ -209,28 +212,29 @@ Result<CompiledSpec> compile_spec(const KernelSpec& spec, bool report) {
   }
   const auto first_resources = parse_ptxas_resources(first->log, spec.name);
   if (!first_resources) return CompiledSpec{std::move(*first), spec.options};
-  const auto clean = [](const PtxasResources& r) {
-    return !r.wgmma_serialized && r.spill_store_bytes == 0 && r.spill_load_bytes == 0;
-  };
-  if (clean(*first_resources)) return CompiledSpec{std::move(*first), spec.options};
-  std::vector<std::string> fallback = spec.options;
-  fallback.insert(fallback.end(), spec.fallback_options.begin(), spec.fallback_options.end());
-  options = fallback;
-  options.emplace_back(kPtxasVerboseOption);
-  // The fallback build failing (or unreported) keeps the first: it is an alternative, not the
-  // kernel.
-  Result<NvrtcOutput> second =
-      nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, options);
-  if (!second) return CompiledSpec{std::move(*first), spec.options};
-  const auto second_resources = parse_ptxas_resources(second->log, spec.name);
-  if (!second_resources) return CompiledSpec{std::move(*first), spec.options};
   const auto cost = [](const PtxasResources& r) {
     return std::pair{r.wgmma_serialized, r.spill_store_bytes + r.spill_load_bytes};
   };
-  if (cost(*second_resources) < cost(*first_resources)) {
-    return CompiledSpec{std::move(*second), std::move(fallback)};
+  const std::pair<bool, int64_t> clean{false, 0};
+  CompiledSpec best{std::move(*first), spec.options};
+  auto best_cost = cost(*first_resources);
+  // A fallback that fails to compile (or is unreported) is skipped: it is an alternative, not
+  // the kernel.
+  for (const std::vector<std::string>& fallback : spec.fallbacks) {
+    if (best_cost == clean) break;
+    std::vector<std::string> with = spec.options;
+    with.insert(with.end(), fallback.begin(), fallback.end());
+    options = with;
+    options.emplace_back(kPtxasVerboseOption);
+    Result<NvrtcOutput> built =
+        nvrtc_compile(spec.name + ".cu", spec.source, headers, spec.arch, options);
+    if (!built) continue;
+    const auto resources = parse_ptxas_resources(built->log, spec.name);
+    if (!resources || !(cost(*resources) < best_cost)) continue;
+    best_cost = cost(*resources);
+    best = CompiledSpec{std::move(*built), std::move(with)};
   }
-  return CompiledSpec{std::move(*first), spec.options};
+  return best;
 }
 
 Result<CacheEntry> KernelCache::compile(const KernelSpec& spec, const std::string& key) {

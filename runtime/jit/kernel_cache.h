@@ -86,10 +86,10 @@ struct CompiledSpec {
   std::vector<std::string> options;
 };
 
-// Compiles `spec` with the templates. A spec with fallback options is compiled with ptxas's
-// report; where it shows serialized wgmma or spills, the build with the fallback options added
-// is compiled too, and the better kept: wgmma not serialized first, then fewer spill bytes, the
-// first build on a tie. ptxas's choices there cannot be told from the source (issue 29: which
+// Compiles `spec` with the templates. A spec with fallbacks is compiled with ptxas's report;
+// while every build so far shows serialized wgmma or spills, the next fallback's options are
+// added to the spec's and built too, and the best kept: wgmma not serialized first, then fewer
+// spill bytes, the earlier build on a tie. ptxas's choices there cannot be told from the source (issue 29: which
 // role of the wgmma kernel computes a block's kv range decides it for some masks and not for
 // others). With `report` the log of the kept build holds ptxas's report.
 Result<CompiledSpec> compile_spec(const KernelSpec& spec, bool report);

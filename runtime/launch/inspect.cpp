@@ -43,7 +43,7 @@ Result<std::string> compile_ptx(const KernelSpec& spec) {
   virtual_arch.replace(0, 3, "compute_");  // sm_90a -> compute_90a
   // The PTX of the build the cache keeps (compile_spec chooses by ptxas's report).
   std::vector<std::string> options = spec.options;
-  if (!spec.fallback_options.empty()) {
+  if (!spec.fallbacks.empty()) {
     auto compiled = compile_spec(spec, false);
     if (!compiled) return compiled.error();
     options = std::move(compiled->options);
@@ -58,7 +58,11 @@ Result<PtxasResources> ptxas_resources(const KernelSpec& spec) {
   auto compiled = compile_spec(spec, true);
   if (!compiled) return compiled.error();
   auto resources = parse_ptxas_resources(compiled->output.log, spec.name);
-  if (resources) resources->fallback_build = compiled->options.size() > spec.options.size();
+  if (resources && compiled->options.size() > spec.options.size()) {
+    resources->fallback_build = true;
+    resources->fallback_options.assign(compiled->options.begin() + spec.options.size(),
+                                       compiled->options.end());
+  }
   return resources;
 }
 

@@ -3,6 +3,7 @@
 // through ptxas's report: no spills, and no wgmma serialized by the compiler.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,7 +129,7 @@ TEST_CASE(
 // A Longformer mask whose global queries see only earlier keys spills more at head dims 128 and
 // 256 with the consumers computing the kv range (the plain Longformer mask did,
 // issue 29, until its range folded to a constant: below). The runtime's second build, the
-// producer computing it (KernelSpec::fallback_options), is what compile_spec keeps for it.
+// producer computing it (KernelSpec::fallbacks), is what compile_spec keeps for it.
 TEST_CASE("a kernel whose first build serializes wgmma or spills more gets its second build",
           "[hopper]") {
   std::vector<flexjit::dsl::Diagnostic> diagnostics;
@@ -148,19 +149,19 @@ TEST_CASE("a kernel whose first build serializes wgmma or spills more gets its s
     flexjit::KernelSpec spec =
         flexjit::prefill_kernel_spec(*variant, config_of(head_dim, "sm_90a"));
     INFO("hd" << head_dim);
-    REQUIRE_FALSE(spec.fallback_options.empty());
+    REQUIRE_FALSE(spec.fallbacks.empty());
     auto compiled = flexjit::compile_spec(spec, true);
     REQUIRE(compiled.ok());
     auto kept = flexjit::parse_ptxas_resources(compiled->output.log, spec.name);
     REQUIRE(kept.ok());
     CHECK_FALSE(kept->wgmma_serialized);
-    CHECK(compiled->options.size() == spec.options.size() + spec.fallback_options.size());
+    CHECK(compiled->options.size() == spec.options.size() + spec.fallbacks[0].size());
     // `flexjit compile --resources` says which build it reports.
     auto inspected = flexjit::inspect::ptxas_resources(spec);
     REQUIRE(inspected.ok());
     CHECK(inspected->fallback_build);
     // The first build alone, as the cache compiled it before the fallback existed.
-    spec.fallback_options.clear();
+    spec.fallbacks.clear();
     const PtxasReport first = compile_with_report(spec);
     INFO("first build: serialized " << first.resources.wgmma_serialized << ", spills "
                                     << first.resources.spill_store_bytes << " bytes; kept "
@@ -184,6 +185,49 @@ TEST_CASE("a kernel whose first build serializes wgmma or spills more gets its s
     CHECK_FALSE(kept->wgmma_serialized);
     CHECK(kept->spill_store_bytes == 0);
   }
+}
+
+// A variant whose mask's structure takes 128-key tiles at head dim 128 (kWideKeyTiles) but
+// whose 128-key build spills: the runtime's fallbacks take 64-key tiles
+// (FJ_WGMMA_NARROW_KEY_TILES), then also the producer's kv range, and the clean one is kept. (Found as
+// a generated mask of issue 29's [cliffs-full]: every key visible, a constant score.)
+TEST_CASE("a variant whose 128-key tiles spill gets 64-key tiles", "[hopper]") {
+  std::vector<flexjit::dsl::Diagnostic> diagnostics;
+  const flexjit::dsl::Module module =
+      flexjit::dsl::parse_and_check({"odd.mask",
+                                     "mask everything = true\n"
+                                     "score odd = -((score * (-0.0)) * 20.085537)\n"},
+                                    diagnostics);
+  REQUIRE(diagnostics.empty());
+  flexjit::VariantSelection selection;
+  selection.name = "everything";
+  selection.score = "odd";
+  auto variant = flexjit::lower_variant(module, selection);
+  REQUIRE(variant.ok());
+  flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(*variant, config_of(128, "sm_90a"));
+  CHECK(spec.source.find("kWideKeyTiles = true;") != std::string::npos);
+  REQUIRE(spec.fallbacks.size() == 2);
+  auto compiled = flexjit::compile_spec(spec, true);
+  REQUIRE(compiled.ok());
+  auto kept = flexjit::parse_ptxas_resources(compiled->output.log, spec.name);
+  REQUIRE(kept.ok());
+  CHECK_FALSE(kept->wgmma_serialized);
+  CHECK(kept->spill_store_bytes == 0);
+  CHECK(std::find(compiled->options.begin(), compiled->options.end(),
+                  "-DFJ_WGMMA_NARROW_KEY_TILES=1") != compiled->options.end());
+  spec.fallbacks.clear();
+  const PtxasReport first = compile_with_report(spec);
+  CHECK(first.resources.spill_store_bytes > 0);
+
+  // Head dims 64 and 256, an fp8 cache and the sharded kernel have no 128-key choice to undo.
+  CHECK(flexjit::prefill_kernel_spec(*variant, config_of(64, "sm_90a")).fallbacks.size() == 1);
+  CHECK(flexjit::prefill_kernel_spec(*variant, config_of(256, "sm_90a")).fallbacks.size() == 1);
+  flexjit::PrefillKernelConfig fp8 = config_of(128, "sm_90a");
+  fp8.kv_fp8 = true;
+  CHECK(flexjit::prefill_kernel_spec(*variant, fp8).fallbacks.size() == 1);
+  flexjit::PrefillKernelConfig sharded = config_of(128, "sm_90a");
+  sharded.kv_sharded = true;
+  CHECK(flexjit::prefill_kernel_spec(*variant, sharded).fallbacks.size() == 1);
 }
 
 TEST_CASE("ptxas's note that wgmma is serialized is read for its function", "[hopper]") {

@@ -31,10 +31,10 @@ struct KernelSpec {
   std::string source;  // full CUDA source; includes templates by name (#include "fj_ops.cuh")
   std::string arch;    // NVRTC architecture, e.g. "sm_90a"
   std::vector<std::string> options;  // extra NVRTC options, in order
-  // Options added for a second build, compiled where ptxas's report on the first shows
-  // serialized wgmma or spills; the better build is kept (compile_spec, jit/kernel_cache.h).
-  // Empty: one build.
-  std::vector<std::string> fallback_options;
+  // Alternatives to the first build, each the options it adds, compiled in order while
+  // ptxas's report on every build so far shows serialized wgmma or spills; the best build is
+  // kept (compile_spec, jit/kernel_cache.h). Empty: one build.
+  std::vector<std::vector<std::string>> fallbacks;
 };
 
 // What a prefill (or encoder, or decode) kernel is instantiated for; flexjit/internal/supported.h
@@ -103,9 +103,11 @@ struct PtxasResources {
   // ptxas reported "wgmma.mma_async instructions are serialized" for the function (C7514,
   // C7520: each MMA waits for the previous one; docs/hopper.md says what causes it).
   bool wgmma_serialized = false;
-  // Set by inspect::ptxas_resources: the report is of the spec's second build (its fallback
-  // options, which compile_spec keeps where the first is serialized or spills).
+  // Set by inspect::ptxas_resources: the report is of one of the spec's fallbacks (the options
+  // it added in fallback_options), which compile_spec kept: the first build was serialized or
+  // spilled, and that one less so.
   bool fallback_build = false;
+  std::vector<std::string> fallback_options;
 };
 
 // One disk cache entry as `flexjit cache ls` shows it.
