@@ -228,6 +228,12 @@ class PageTest(unittest.TestCase):
         self.assertIn("| family_8k_modular | 2.000 | 4.25 | 0.12 | 9.5 |", page)
         # A family whose run built no block masks gets no such table.
         self.assertNotIn("create_block_mask", self.page)
+        # A run without FA4: no FA4 columns.
+        metadata = [{"workload": "family_8k_modular", "kernel_ms": 2.0, "block_mask_ms": 4.25}]
+        page = R.render({"family_8k": {"meta": META, "rows": rows, "metadata": metadata}})
+        self.assertIn("| workload | flexjit kernel (ms) | flex create_block_mask (ms) |", page)
+        self.assertIn("| family_8k_modular | 2.000 | 4.25 |", page)
+        self.assertNotIn("FA4", page)
 
     def test_peer_notes_are_listed(self):
         self.assertIn("- sdpa flash: no figure in this run (n/a: mask/score or ragged batch "
