@@ -82,7 +82,6 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
   spec.arch = config.arch;
   const std::string variant = "Variant_" + variant_ir.name;
   const PrefillLaunchShape launch = prefill_launch_shape(config);
-  const std::string variant_source = emit_cuda_variant(variant_ir, variant);
   std::string constants;
   for (const ConstantValue& constant : variant_ir.constants) {
     constants +=
@@ -100,7 +99,7 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
       "}}\n",
       fmt::arg("name", spec.name), fmt::arg("mask", variant_ir.name),
       fmt::arg("constants", constants.empty() ? "none" : constants),
-      fmt::arg("variant_source", variant_source),
+      fmt::arg("variant_source", emit_cuda_variant(variant_ir, variant)),
       fmt::arg("header", launch.wgmma ? "paged_prefill_sm90.cuh" : "paged_prefill.cuh"),
       fmt::arg("function", launch.wgmma ? "paged_prefill_sm90" : "paged_prefill"),
       // The wgmma kernel's register budgets (setmaxnreg) assume one CTA per SM.
@@ -110,15 +109,18 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
       fmt::arg("bf16", config.bf16 ? "true" : "false"), fmt::arg("page", config.page_size),
       fmt::arg("kv_fp8", kv_fp8_argument(config)));
   // The wgmma kernel's other builds, where the first spills or serializes
-  // (paged_prefill_sm90.cuh): the producer computes the kv range. A variant that takes 128-key
-  // tiles at head dim 128 (kWideKeyTiles) falls back on 64-key tiles first, then on both: a
-  // mask that spills everywhere then pays three builds, not four ([cliffs-full]: 8.6 s of CPU
-  // for the worst generated mask with four).
+  // (paged_prefill_sm90.cuh): the producer computes the kv range. A kernel whose key tiles
+  // kWideKeyTiles widens (wgmma_block_n; sharded variants never take it, sharded_variant.cuh)
+  // falls back on 64-key tiles first, then on both: a mask that spills everywhere then pays
+  // three builds, not four ([cliffs-full]: 8.6 s of CPU for the worst generated mask with four).
   if (launch.wgmma) {
     const std::string producer_range = "-DFJ_WGMMA_PRODUCER_KV_RANGE=1";
-    const std::string narrow = "-DFJ_WGMMA_NARROW_KEY_TILES=1";
-    if (config.head_dim == 128 && !config.kv_fp8 && !config.kv_sharded &&
-        variant_source.find("kWideKeyTiles = true;") != std::string::npos) {
+    const KeyTileHints hints = key_tile_hints(variant_ir);
+    const auto block_n = [&](bool wide) {
+      return fj::wgmma_block_n(config.head_dim, hints.element_operations, config.kv_fp8, wide);
+    };
+    if (!config.kv_sharded && block_n(hints.wide_key_tiles) != block_n(false)) {
+      const std::string narrow = "-DFJ_WGMMA_NARROW_KEY_TILES=1";
       spec.fallbacks = {{narrow}, {narrow, producer_range}};
     } else {
       spec.fallbacks = {{producer_range}};

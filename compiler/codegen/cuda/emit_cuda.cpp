@@ -965,6 +965,18 @@ class SplitHook {
 
 namespace {
 
+// The mask and score as the hooks split them: a missing mask is false; score hooks take tanh
+// from the special function unit (StatementWriter::approximate_tanh) and convert positions
+// apart (SplitPositionDifferences).
+ir::Expr hook_mask(const Variant& variant) {
+  return variant.mask.defined() ? variant.mask : ir::BoolImm::make(false);
+}
+ir::Expr hook_score(const Variant& variant) {
+  return variant.has_score()
+             ? ir::eliminate_common_subexpressions(SplitPositionDifferences().mutate(variant.score))
+             : ir::Var::make(ir::Variable::Score);
+}
+
 // Whether the Hopper kernel may take 128-key tiles at head dim 128 (kWideKeyTiles,
 // docs/hopper.md#tile-width). A wider tile halves the barriers, row-max shuffles and softmax
 // bookkeeping per MMA, but it computes more of a mask whose visible keys come in narrow bands
@@ -1004,10 +1016,22 @@ bool wide_key_tiles(const Variant& variant, const ir::Expr& mask, bool element_l
   return narrow > 0 && wide * 32 <= narrow * 33;
 }
 
+KeyTileHints key_tile_hints_of(const Variant& variant, const ir::Expr& mask,
+                               const SplitHook& mask_hook, const SplitHook& score_hook) {
+  return {mask_hook.element_operations() + score_hook.element_operations(),
+          wide_key_tiles(variant, mask, mask_hook.element_load() || score_hook.element_load())};
+}
+
 }  // namespace
 
+KeyTileHints key_tile_hints(const Variant& variant) {
+  const ir::Expr mask = hook_mask(variant);
+  return key_tile_hints_of(variant, mask, SplitHook(mask, "Mask", false),
+                           SplitHook(hook_score(variant), "Score", true));
+}
+
 std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name) {
-  const ir::Expr mask = variant.mask.defined() ? variant.mask : ir::BoolImm::make(false);
+  const ir::Expr mask = hook_mask(variant);
 
   const SplitHook mask_hook(mask, "Mask", false);
   const NarrowingPlans narrowing = plan_narrowing(mask);
@@ -1020,13 +1044,8 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
     provenance += fmt::format(", score `{}`", variant.score_name);
     score_comment = fmt::format("// score: {}\n", ir::to_string(variant.score));
   }
-  // Score hooks take tanh from the special function unit (StatementWriter::approximate_tanh)
-  // and convert positions apart (SplitPositionDifferences).
-  const ir::Expr score =
-      variant.has_score()
-          ? ir::eliminate_common_subexpressions(SplitPositionDifferences().mutate(variant.score))
-          : ir::Var::make(ir::Variable::Score);
-  const SplitHook score_hook(score, "Score", true);
+  const SplitHook score_hook(hook_score(variant), "Score", true);
+  const KeyTileHints key_tile = key_tile_hints_of(variant, mask, mask_hook, score_hook);
 
   StatementWriter kv_writer(true, "r");
   const std::string kv_bound = KvRangeWriter(kv_writer).bound_of(plan_kv_range(mask));
@@ -1041,14 +1060,11 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
   constant("bool", "kHasScore", variant.has_score(), false);
   constant("bool", "kUsesHead", variant.uses_head, false);
   constant("bool", "kDiagonal", ir::translation_invariant(mask), false);
-  constant("int", "kElementOperations",
-           mask_hook.element_operations() + score_hook.element_operations(), 0);
+  constant("int", "kElementOperations", key_tile.element_operations, 0);
   constant("bool", "kKeyTermsLoad", mask_hook.key_terms_load() || score_hook.key_terms_load(),
            false);
   constant("bool", "kRolledMask", mask_hook.element_loop(), false);
-  constant("bool", "kWideKeyTiles",
-           wide_key_tiles(variant, mask, mask_hook.element_load() || score_hook.element_load()),
-           false);
+  constant("bool", "kWideKeyTiles", key_tile.wide_key_tiles, false);
   constant("bool", "kKeyTermsLoop", mask_hook.key_terms_loop() || score_hook.key_terms_loop(),
            false);
 

@@ -148,6 +148,16 @@ class MaskAnalysis {
   std::shared_ptr<const MaskPlans> plans_;
 };
 
+// The constants of emit_cuda_variant's struct that choose the Hopper prefill kernel's keys per
+// K/V tile (wgmma_block_n, templates/kernel_args.cuh): kElementOperations, the element parts'
+// operation count, and kWideKeyTiles, whether the variant may take 128-key tiles at head dim 128
+// (docs/hopper.md#tile-width). For the host, which lists a kernel's fallback builds by them.
+struct KeyTileHints {
+  int element_operations = 0;
+  bool wide_key_tiles = false;
+};
+KeyTileHints key_tile_hints(const Variant& variant);
+
 // CUDA source defining `struct_name` with the fixed hooks of docs/architecture.md#kernel-contract:
 // kHasScore, kUsesHead, mask(), score() (the identity when the variant has no score), classify()
 // and kv_range(); also mask() and score() split into request, query-row, key and element parts
