@@ -83,6 +83,7 @@ void fuzz_run_shape(Reader in) {
   FUZZ_REQUIRE(!shape.kv_scale_given || shape.kv_fp8);
   FUZZ_REQUIRE(shape.num_heads > 0 && shape.num_kv_heads > 0 &&
                shape.num_heads % shape.num_kv_heads == 0);
+  FUZZ_REQUIRE(shape.num_heads <= flexjit::cli::kMaxRunHeads);
   FUZZ_REQUIRE(shape.iterations >= 0 && shape.iterations <= flexjit::cli::kMaxRunIterations);
   FUZZ_REQUIRE(shape.kv_shards >= 1 && shape.kv_interleave >= 1);
   FUZZ_REQUIRE(shape.kv_shards == 1 || !shape.encoder);  // CPU or CUDA since 0.10

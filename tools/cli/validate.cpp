@@ -134,6 +134,9 @@ Result<RunBatch> check_run_shape(const RunShape& shape) {
     return Error{fmt::format("--heads ({}) must be a positive multiple of --kv-heads ({})",
                              shape.num_heads, shape.num_kv_heads)};
   }
+  if (shape.num_heads > kMaxRunHeads) {
+    return Error{fmt::format("--heads {} is more than run's {}", shape.num_heads, kMaxRunHeads)};
+  }
   if (shape.iterations < 0 || shape.iterations > kMaxRunIterations) {
     return Error{fmt::format("--iterations {} is outside [0, {}] (0: no timing)", shape.iterations,
                              kMaxRunIterations)};

@@ -37,6 +37,9 @@ inline constexpr int64_t kMaxRunCpuWork = int64_t{1} << 39;
 // At most this many timed launches, and requests per batch (the C API's limit).
 inline constexpr int kMaxRunIterations = 100000;
 inline constexpr int kMaxRunRequests = 65535;
+// At most this many query heads: per-head host state (--sinks) stays small whatever the flag says,
+// and no model has more.
+inline constexpr int kMaxRunHeads = 65536;
 // At most this many shards of each request's keys (--kv-shards).
 inline constexpr int kMaxRunShards = 1024;
 
@@ -76,12 +79,12 @@ struct RunBatch {
 
 // Checks `shape`: head dim supported; a page size for the paged cache (a multiple of 16 up to
 // 1024, not 0, which is the encoder's) and neither --page-size nor --context-lens with
-// --encoder; heads and kv heads positive, kv heads dividing heads; lengths non-negative, one
-// context length per query length, at most kMaxRunRequests requests, sequence lengths and the
-// token count within int32; iterations in [0, kMaxRunIterations]; a finite scale; sinks
-// (parse_sinks); an fp8 cache only paged (not with --encoder) and --kv-scale only with one;
-// shards (--kv-shards in [1, kMaxRunShards], interleave >= 1 and only for interleaved shards)
-// only paged and on the CPU backend; and the memory and work limits above.
+// --encoder; heads and kv heads positive, kv heads dividing heads, at most kMaxRunHeads heads;
+// lengths non-negative, one context length per query length, at most kMaxRunRequests requests,
+// sequence lengths and the token count within int32; iterations in [0, kMaxRunIterations]; a
+// finite scale; sinks (parse_sinks); an fp8 cache only paged (not with --encoder) and --kv-scale
+// only with one; shards (--kv-shards in [1, kMaxRunShards], interleave >= 1 and only for
+// interleaved shards) only paged and on the CPU backend; and the memory and work limits above.
 Result<RunBatch> check_run_shape(const RunShape& shape);
 
 // `compile`'s options beyond the kernel's.
