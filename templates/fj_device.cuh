@@ -145,15 +145,23 @@ __device__ __forceinline__ float to_float(unsigned short bits) {
 //   bf16/fp16 normal). The one exception: e4m3's NaN (S.1111.111) reads as +-480, the value
 //   its bits would have with an exponent like the others'; detecting it would cost a third
 //   more instructions, and fj_kv_cache_write writes it only for a NaN input.
-template <bool kBF16>
+// kApart: `lo` takes elements 0 and 2, `hi` 1 and 3 (the same instructions, other selectors):
+// the register of an ldmatrix.trans over e4m3 bytes holds two keys' pairs of dims, and an MMA
+// fragment wants one dim's pair of keys.
+template <bool kBF16, bool kApart = false>
 __device__ __forceinline__ void e4m3x4_to_16x2(u32 bytes, u32& lo, u32& hi) {
   constexpr int kShift = kBF16 ? 4 : 7;
   constexpr u32 kKeep = kBF16 ? 0x87f087f0u : 0xbf80bf80u;  // the sign and the 7 field bits
   // prmt, not __byte_perm, which ignores the selector's sign bit (bit 3 of each nibble).
   u32 a;
   u32 b;
-  asm("prmt.b32 %0, %1, 0, 0x9180;\n" : "=r"(a) : "r"(bytes));  // b0, sign(b0), b1, sign(b1)
-  asm("prmt.b32 %0, %1, 0, 0xb3a2;\n" : "=r"(b) : "r"(bytes));  // b2, sign(b2), b3, sign(b3)
+  if constexpr (kApart) {
+    asm("prmt.b32 %0, %1, 0, 0xa280;\n" : "=r"(a) : "r"(bytes));  // b0, sign(b0), b2, sign(b2)
+    asm("prmt.b32 %0, %1, 0, 0xb391;\n" : "=r"(b) : "r"(bytes));  // b1, sign(b1), b3, sign(b3)
+  } else {
+    asm("prmt.b32 %0, %1, 0, 0x9180;\n" : "=r"(a) : "r"(bytes));  // b0, sign(b0), b1, sign(b1)
+    asm("prmt.b32 %0, %1, 0, 0xb3a2;\n" : "=r"(b) : "r"(bytes));  // b2, sign(b2), b3, sign(b3)
+  }
   const u32 a_bits = (a << kShift) & kKeep;
   const u32 b_bits = (b << kShift) & kKeep;
   if constexpr (kBF16) {

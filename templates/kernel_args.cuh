@@ -343,13 +343,19 @@ FJ_HD constexpr int decode_fp8_tile_bytes(int head_dim) {
   return kDecodeBlockN *
          (decode_swizzled_tiles(head_dim) ? head_dim : prefill_smem_row_elems(head_dim / 2) * 2);
 }
-// Q's padded rows and the K/V stages (and the fp8 kernel's 16-bit tiles), plus 128 bytes to
-// align them to 128-byte lines.
+// Whether the fp8 decode kernel converts tiles into 16-bit ones in shared memory: at head dims
+// 64 and 128 it reads K's and V's fragments from the e4m3 stages in registers instead.
+FJ_HD constexpr bool decode_fp8_converts(int head_dim, bool kv_fp8) {
+  return kv_fp8 && !(decode_swizzled_tiles(head_dim) && head_dim <= 128);
+}
+// Q's padded rows and the K/V stages (and the fp8 kernel's 16-bit tiles, where it converts),
+// plus 128 bytes to align them to 128-byte lines.
 FJ_HD constexpr int paged_decode_smem_bytes(int head_dim, bool kv_fp8 = false) {
   return 128 + kDecodeRows * prefill_smem_row_elems(head_dim) * 2 +
-         (kv_fp8 ? 2 * decode_tile_elems(head_dim) * 2 +
-                       decode_fp8_stages(head_dim) * 2 * decode_fp8_tile_bytes(head_dim)
-                 : decode_stages(head_dim) * 2 * decode_tile_elems(head_dim) * 2);
+         (kv_fp8
+              ? (decode_fp8_converts(head_dim, kv_fp8) ? 2 * decode_tile_elems(head_dim) * 2 : 0) +
+                    decode_fp8_stages(head_dim) * 2 * decode_fp8_tile_bytes(head_dim)
+              : decode_stages(head_dim) * 2 * decode_tile_elems(head_dim) * 2);
 }
 
 struct PagedDecodeArgs {

@@ -29,14 +29,15 @@ namespace fj {
 // latency is not in front of the copies. Otherwise (80, 96) the prefill kernel's loader into
 // padded rows, which reads an entry per chunk.
 // An fp8 cache (kKvFp8): the same copies of rows half as long (head_dim bytes, counted in 16-bit
-// units, as are the byte strides halved) into StageLayout (unpadded, or padded where the
-// 16-bit tiles are), from which each warp converts its keys into the 16-bit tiles of Layout.
+// units, as are the byte strides halved) into StageLayout (unpadded and swizzled, or padded where
+// the 16-bit tiles are), from which each warp reads its keys' fragments (or, for K at head dim
+// 256 and at 80 and 96, converts them into the 16-bit tiles of Layout first).
 template <int kHeadDim, int kPageSize, bool kKvFp8,
           bool kSwizzled = decode_swizzled_tiles(kHeadDim)>
 struct DecodeTileLoader {
   static constexpr int kUnit = kKvFp8 ? 2 : 1;  // cache elements per 16-bit unit
   using Layout = Swizzled128Rows<kDecodeBlockN>;
-  using StageLayout = typename Select<kKvFp8, DenseRows<kHeadDim / 16, true>, Layout>::Type;
+  using StageLayout = typename Select<kKvFp8, SwizzledDenseRows<kHeadDim / 16>, Layout>::Type;
   using Copy = KvTileCopy<kHeadDim / kUnit, kDecodeBlockN, kDecodeThreads, kPageSize, StageLayout>;
   Copy k_copy;
   Copy v_copy;
@@ -145,9 +146,10 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   const PagedPrefillArgs& args = decode.attention;
   unsigned short* q_tile = reinterpret_cast<unsigned short*>(smem);
   // [stage][K tile, V tile]; an fp8 cache's e4m3 stages follow the one 16-bit K/V pair that
-  // the warps convert their keys into.
+  // the warps convert their keys into, where they convert any (decode_fp8_converts).
   unsigned short* const stages = q_tile + kDecodeRows * kRow;
-  unsigned short* const copy_stages = kKvFp8 ? stages + 2 * kTileElems : stages;
+  unsigned short* const copy_stages =
+      decode_fp8_converts(kHeadDim, kKvFp8) ? stages + 2 * kTileElems : stages;
 
   const Variant variant = variant_for<Variant>(args);
   const int request = item.request;
@@ -205,6 +207,11 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   // (no 16-bit K tile), and Q's, in the matching order, stay in registers from the item's first
   // tile (32 at head dim 128; at 256 they would not fit).
   constexpr bool kKInRegisters = kKvFp8 && decode_swizzled_tiles(kHeadDim) && kHeadDim <= 128;
+  // And V's B fragments, likewise: ldmatrix.trans over the e4m3 stage (see the P V step), with
+  // no 16-bit tiles at all. (At 256, V's fragments so read took the registers to 255 and spilled.)
+  constexpr bool kVInRegisters = kKInRegisters;
+  static_assert(decode_fp8_converts(kHeadDim, kKvFp8) == (kKvFp8 && !kKInRegisters),
+                "the 16-bit tiles exist where the warps convert");
   constexpr int kLaneBytes = kHeadDim / 4;  // of a K row, per quad lane
   const unsigned short* const q_lane = q_tile + quad_row * kRow + quad_col * kLaneBytes;
   u32 q_frag[kKInRegisters ? kKSteps : 1][4];
@@ -295,7 +302,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
           q_ready = true;
         }
       }
-      if constexpr (kKvFp8) {
+      if constexpr (kKvFp8 && !kKInRegisters) {
         // The warp's 16 keys of K and V into the 16-bit tiles: only this warp reads them, and
         // it has finished the previous tile's.
         using StageLayout = typename Loader::StageLayout;
@@ -314,9 +321,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
           const u32 from = StageLayout::unsigned_bytes(row, chunk);
           const u32 low = Layout::unsigned_bytes(row, 2 * chunk);
           const u32 high = Layout::unsigned_bytes(row, 2 * chunk + 1);
-          if constexpr (!kKInRegisters) {
-            convert_e4m3_chunk<kBF16>(k_stage + from, k_to + low, k_to + high);
-          }
+          convert_e4m3_chunk<kBF16>(k_stage + from, k_to + low, k_to + high);
           convert_e4m3_chunk<kBF16>(v_stage + from, v_to + low, v_to + high);
         }
         __syncwarp();
@@ -403,11 +408,36 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       p_frag[1] = pack_2x16<kBF16>(s[0][2], s[0][3]);
       p_frag[2] = pack_2x16<kBF16>(s[1][0], s[1][1]);
       p_frag[3] = pack_2x16<kBF16>(s[1][2], s[1][3]);
-      for (int dp = 0; dp < kNTilesO / 2; ++dp) {
-        u32 b[4];
-        ldmatrix_x4_trans(b, Layout::pair_address(v_lane, dp));
-        mma_16816<kBF16>(o[2 * dp], p_frag, b[0], b[1]);
-        mma_16816<kBF16>(o[2 * dp + 1], p_frag, b[2], b[3]);
+      if constexpr (kVInRegisters) {
+        // ldmatrix.trans of the e4m3 stage as 16-bit units: matrix m holds keys 8 (m % 2) + 0..7
+        // by the unit pairs of dims chunk 2 dp + m / 2, and lane (quad_row, quad_col) receives
+        // keys 2 quad_col, + 1 at dims 2 quad_row, + 1 of them: bytes (k, d), (k, d + 1),
+        // (k + 1, d), (k + 1, d + 1). Its pairs apart (e4m3x4_to_16x2<kApart>) are B fragments
+        // for dim d and for d + 1: o[2 c] gathers chunk c's even dims, o[2 c + 1] its odd ones
+        // (the epilogue puts them back in order).
+        using StageLayout = typename Loader::StageLayout;
+        const u32 v_stage = k_stage + kStageTileElems * 2;
+        const u32 v_row = static_cast<u32>(warp * 16 + lane % 8 + ((lane / 8) % 2) * 8);
+        for (int dp = 0; dp < kNTilesO / 4; ++dp) {
+          u32 b[4];
+          ldmatrix_x4_trans(b, v_stage + StageLayout::unsigned_bytes(
+                                             v_row, static_cast<u32>(2 * dp + lane / 16)));
+          for (int m = 0; m < 2; ++m) {
+            u32 even[2];
+            u32 odd[2];
+            e4m3x4_to_16x2<kBF16, true>(b[2 * m], even[0], odd[0]);
+            e4m3x4_to_16x2<kBF16, true>(b[2 * m + 1], even[1], odd[1]);
+            mma_16816<kBF16>(o[4 * dp + 2 * m], p_frag, even[0], even[1]);
+            mma_16816<kBF16>(o[4 * dp + 2 * m + 1], p_frag, odd[0], odd[1]);
+          }
+        }
+      } else {
+        for (int dp = 0; dp < kNTilesO / 2; ++dp) {
+          u32 b[4];
+          ldmatrix_x4_trans(b, Layout::pair_address(v_lane, dp));
+          mma_16816<kBF16>(o[2 * dp], p_frag, b[0], b[1]);
+          mma_16816<kBF16>(o[2 * dp + 1], p_frag, b[2], b[3]);
+        }
       }
     }
     cp_async_wait<0>();  // only empty groups can be left; keeps the count simple per batch
@@ -420,6 +450,9 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   // contiguous run: no bank conflicts), and warp w sums the four warps' fragments of the output
   // column tiles j = w, w + kWarps, ... (contiguous loads again).
   __syncthreads();
+  static_assert(kWarps * kNTilesO * 2 * 32 * 8 + 2 * kWarps * kDecodeRows * 4 <=
+                    paged_decode_smem_bytes(kHeadDim, kKvFp8) - 128 - kDecodeRows * kRow * 2,
+                "the combine's scratch fits in the stages");
   float2* const warp_o = reinterpret_cast<float2*>(stages);  // [warp][j][r][lane]
   float* const warp_m = reinterpret_cast<float*>(warp_o + kWarps * kNTilesO * 2 * 32);
   float* const warp_l = warp_m + kWarps * kDecodeRows;  // [warp][row], as warp_m
@@ -457,9 +490,15 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   }
   __syncthreads();
   constexpr int kOwnTiles = (kNTilesO + kWarps - 1) / kWarps;
+  static_assert(!kVInRegisters || kNTilesO % (2 * kWarps) == 0, "each warp takes whole chunks");
+  // The output column tile of the warp's t-th: tiles warp, warp + kWarps, ...; with V's
+  // fragments from registers, chunks (tile pairs 2 c, 2 c + 1) warp, warp + kWarps, ...
+  const auto own_tile = [&](int t) {
+    return kVInRegisters ? 2 * (warp + (t / 2) * kWarps) + t % 2 : warp + t * kWarps;
+  };
   float2 result[kOwnTiles][2];
   for (int t = 0; t < kOwnTiles; ++t) {
-    const int j = warp + t * kWarps;
+    const int j = own_tile(t);
     for (int r = 0; r < 2; ++r) {
       float2 sum = make_float2(0.0f, 0.0f);
       if (j < kNTilesO) {
@@ -490,10 +529,20 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       const int row = quad_row + r * 8;
       if (row >= valid_rows) continue;
       u32* const dst = reinterpret_cast<u32*>(out_row(row));
-      for (int t = 0; t < kOwnTiles; ++t) {
-        const int j = warp + t * kWarps;
-        if (j < kNTilesO) {
-          dst[(j * 8 + quad_col * 2) / 2] = pack_2x16<kBF16>(result[t][r].x, result[t][r].y);
+      if constexpr (kVInRegisters) {
+        // Tiles 2 c and 2 c + 1 hold dims 16 c + 4 quad_col + (0, 2) and + (1, 3).
+        for (int t = 0; t < kOwnTiles; t += 2) {
+          const int d = own_tile(t) * 8 + quad_col * 4;
+          *reinterpret_cast<uint2*>(dst + d / 2) =
+              make_uint2(pack_2x16<kBF16>(result[t][r].x, result[t + 1][r].x),
+                         pack_2x16<kBF16>(result[t][r].y, result[t + 1][r].y));
+        }
+      } else {
+        for (int t = 0; t < kOwnTiles; ++t) {
+          const int j = own_tile(t);
+          if (j < kNTilesO) {
+            dst[(j * 8 + quad_col * 2) / 2] = pack_2x16<kBF16>(result[t][r].x, result[t][r].y);
+          }
         }
       }
       if (args.lse != nullptr && warp == 0 && quad_col == 0) *lse_slot(row) = row_lse[r];
@@ -509,9 +558,17 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
     if (row >= valid_rows) continue;
     float2* const dst =
         reinterpret_cast<float2*>(decode.partial_out + (slot * kDecodeRows + row) * kHeadDim);
-    for (int t = 0; t < kOwnTiles; ++t) {
-      const int j = warp + t * kWarps;
-      if (j < kNTilesO) dst[(j * 8 + quad_col * 2) / 2] = result[t][r];
+    if constexpr (kVInRegisters) {
+      for (int t = 0; t < kOwnTiles; t += 2) {
+        const int d = own_tile(t) * 8 + quad_col * 4;
+        *reinterpret_cast<float4*>(dst + d / 2) =
+            make_float4(result[t][r].x, result[t + 1][r].x, result[t][r].y, result[t + 1][r].y);
+      }
+    } else {
+      for (int t = 0; t < kOwnTiles; ++t) {
+        const int j = own_tile(t);
+        if (j < kNTilesO) dst[(j * 8 + quad_col * 2) / 2] = result[t][r];
+      }
     }
     if (warp == 0 && quad_col == 0) decode.partial_lse[slot * kDecodeRows + row] = row_lse[r];
   }

@@ -426,20 +426,35 @@ struct Swizzled128Rows {
 };
 
 // Rows of kChunks 16-byte chunks, unpadded and unswizzled: the e4m3 rows (head_dim bytes) of
-// an fp8 cache's stages, which the copies write and the conversion reads a row per lanes in
-// step (convert_e4m3_chunk), so that neither meets a bank conflict.
-// kAlternate: odd rows hold their chunks in pairs swapped (chunk ^ 1), so that lanes reading
-// the same chunks of two neighbouring rows (the decode kernel's K fragments) meet no conflict.
-template <int kChunks, bool kAlternate = false>
+// an fp8 cache's stages in the wgmma kernel, which the copies write and the conversion reads a
+// row per lanes in step (convert_e4m3_chunk), so that neither meets a bank conflict.
+template <int kChunks>
 struct DenseRows {
   static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
-    return (row * static_cast<u32>(kChunks) + (kAlternate ? chunk ^ (row & 1u) : chunk)) * 16u;
+    return (row * static_cast<u32>(kChunks) + chunk) * 16u;
   }
   static __device__ __forceinline__ u32 bytes(int row, int chunk) {
     return unsigned_bytes(static_cast<u32>(row), static_cast<u32>(chunk));
   }
   static __device__ __forceinline__ int offset(int row, int chunk) {
     return static_cast<int>(bytes(row, chunk) / 2);
+  }
+};
+
+// Rows of kChunks 16-byte chunks, unpadded, with each 128-byte line's eight units permuted so
+// that eight consecutive rows' same chunk lie in eight different units: unit ^ (row % 8) where
+// a row fills a line or more (kChunks 8, 16), unit ^ (row / 2 % 4) where two rows share one
+// (kChunks 4). The decode kernel's e4m3 stages: ldmatrix over eight keys' same chunk (V's
+// fragments) and lanes reading four chunks of two rows (K's) both meet no bank conflict.
+template <int kChunks>
+struct SwizzledDenseRows {
+  static_assert(kChunks == 4 || kChunks % 8 == 0, "rows of half a line or whole lines");
+  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
+    const u32 permute = kChunks == 4 ? (row / 2u) % 4u : row % 8u;
+    return (row * static_cast<u32>(kChunks) + (chunk ^ permute)) * 16u;
+  }
+  static __device__ __forceinline__ u32 bytes(int row, int chunk) {
+    return unsigned_bytes(static_cast<u32>(row), static_cast<u32>(chunk));
   }
 };
 

@@ -47,7 +47,8 @@ def profile(ctx, w, args):
     mask_file = args.masks or str(bench.REPO / (w.mask_file or "dsl/lib/standard.mask"))
     program = ctx.program_from_file(mask_file)
     inputs = bench.Inputs(w)
-    fn, _, _, extra = bench.make_flexjit(ctx, program, inputs, args.page_size, 1)
+    # The workload's cache dtype (fp8_* read an e4m3 cache), at --page-size.
+    fn, _, _, extra = bench.make_flexjit(ctx, program, inputs, args.page_size, 1, w.kv_dtype)
     times = []
     for _ in range(args.launches):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
