@@ -551,6 +551,46 @@ class TorchOpsCpuTest(unittest.TestCase):
         self.assertEqual((out.dtype, tuple(out.shape)), (torch.bfloat16, tuple(self.q.shape)))
         self.assert_close((out, lse), want, f"{name} with sinks")
 
+    def test_kept_calls_check_a_geometry_changed_in_place(self):
+        # A call of the last geometry takes the fast path (torch's TensorGuards over its
+        # tensors, where this torch has them): a tensor whose shape or dtype changed in place
+        # since must still meet prepare()'s checks, through Kernel.__call__ and the operator.
+        ctx = flexjit.Context()
+        kernel = ctx.kernel(ctx.program_from_file(MASKS), "sliding", head_dim=HEAD_DIM,
+                            dtype="bf16", page_size=PAGE, arch="cpu")
+        self.ops.register("cpu.sliding.kept", kernel)
+        self.addCleanup(self.ops.unregister, "cpu.sliding.kept")
+        inputs = self.shard_inputs([range(n) for n in self.lengths])
+        calls = {
+            "Kernel.__call__": lambda q, out: kernel(
+                q, query_start_loc=self.query_start_loc, out=out, **inputs,
+                max_query_len=self.max_query_len, params={"window": 100}),
+            "the operator": lambda q, out: self.ops.paged_attention(
+                "cpu.sliding.kept", q, query_start_loc=self.query_start_loc, out=out, **inputs,
+                max_query_len=self.max_query_len, params={"window": 100}),
+        }
+        want = self.whole()[0]
+        guards = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None),
+                         "TensorGuards", None)
+        for name, call in calls.items():
+            with self.subTest(call=name):
+                kernel._templates.clear()
+                q, out = self.q.clone(), torch.empty_like(self.q)
+                for _ in range(3):
+                    out.fill_(float("nan"))
+                    call(q, out)
+                    self.assertTrue(torch.equal(out, want), name)
+                if guards is not None:
+                    self.assertIsNotNone(kernel._templates.fast[1], "no fast path was kept")
+                shrunk = q.clone()
+                shrunk.resize_(q.shape[0], HEADS - KV_HEADS, HEAD_DIM)  # same object, 6 heads
+                with self.assertRaisesRegex(ValueError, "out"):
+                    call(shrunk, out)
+                call(q, out)  # the kept geometry again
+                q.data = q.data.half()  # same object, another dtype
+                with self.assertRaisesRegex(ValueError, "dtype fp16, expected bf16"):
+                    call(q, out)
+
     def test_compile_fullgraph_matches_eager(self):
         def step(q, query_start_loc, shards, window):
             outs, lses = [], []

@@ -636,31 +636,51 @@ class Kernel(_Handle):
         not torch tensors, unhashable values). `params_key` stands for the scalar parameters
         (_params_key). Written out flat: this runs on every call."""
         calls = _torch_calls.get(type(q)) or _torch_calls_of(q)
+        templates = self._templates
         try:
-            key = (calls.current_device() if calls is not None and q.is_cuda else None,
-                   max_query_len, scale, kv_layout, params_key,
-                   q.shape, q.stride(), q.dtype, q.device,
-                   out.shape, out.stride(), out.dtype, out.device,
-                   k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device,
-                   v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
-                   block_table.shape, block_table.stride(), block_table.dtype,
-                   block_table.device,
-                   query_start_loc.shape, query_start_loc.stride(), query_start_loc.dtype,
-                   query_start_loc.device,
-                   seq_lens.shape, seq_lens.stride(), seq_lens.dtype, seq_lens.device,
-                   None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device),
-                   None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype,
-                                               sinks.device),
-                   None if k_scale is None and v_scale is None else
-                   (_scale_key(k_scale), _scale_key(v_scale)),
-                   None if kv_shard is None else _shard_key(kv_shard))
-            templates = self._templates
-            last_key, template = templates.last
-            if key != last_key:
-                template = templates.get(key)
-                if template is None:
-                    return None, None, key
-                templates.last = key, template
+            device = calls.current_device() if calls is not None and q.is_cuda else None
+            # The fast path: the last template's guards (_tensor_guards) check the tensors'
+            # geometry in one C call, and the rest of the key is compared as it stands.
+            fast_scalars, guards, template = templates.fast
+            if (guards is not None and k_scale is None and v_scale is None and kv_shard is None
+                    and fast_scalars == (device, max_query_len, scale, kv_layout, params_key,
+                                         lse is None, sinks is None)
+                    and (guards.check(q, out, k_cache, v_cache, block_table, query_start_loc,
+                                      seq_lens) if lse is None and sinks is None else
+                         guards.check(q, out, k_cache, v_cache, block_table, query_start_loc,
+                                      seq_lens, *[t for t in (lse, sinks) if t is not None]))):
+                key = None
+            else:
+                key = (device, max_query_len, scale, kv_layout, params_key,
+                       q.shape, q.stride(), q.dtype, q.device,
+                       out.shape, out.stride(), out.dtype, out.device,
+                       k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device,
+                       v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
+                       block_table.shape, block_table.stride(), block_table.dtype,
+                       block_table.device,
+                       query_start_loc.shape, query_start_loc.stride(), query_start_loc.dtype,
+                       query_start_loc.device,
+                       seq_lens.shape, seq_lens.stride(), seq_lens.dtype, seq_lens.device,
+                       None if lse is None else (lse.shape, lse.stride(), lse.dtype,
+                                                 lse.device),
+                       None if sinks is None else (sinks.shape, sinks.stride(), sinks.dtype,
+                                                   sinks.device),
+                       None if k_scale is None and v_scale is None else
+                       (_scale_key(k_scale), _scale_key(v_scale)),
+                       None if kv_shard is None else _shard_key(kv_shard))
+                last_key, template = templates.last
+                if key != last_key:
+                    template = templates.get(key)
+                    if template is None:
+                        return None, None, key
+                    templates.last = key, template
+                if k_scale is None and v_scale is None and kv_shard is None:
+                    templates.fast = ((device, max_query_len, scale, kv_layout, params_key,
+                                       lse is None, sinks is None),
+                                      templates.guards_of(key, q, out, k_cache, v_cache,
+                                                          block_table, query_start_loc, seq_lens,
+                                                          lse, sinks),
+                                      template)
         except (AttributeError, TypeError):  # not torch tensors; unhashable values
             return None, None, None
         data = _PAGED_POINTERS.pack(
@@ -796,22 +816,62 @@ class Kernel(_Handle):
 class _Templates(dict):
     """Kernel._checked_args' templates by geometry key, at most LIMIT (the oldest go first),
     and the last one used: a call of the last one's geometry compares its key with that key
-    instead of hashing it. clear() forgets every check."""
+    instead of hashing it. `fast` is the last one again with its tensors' guards
+    (_tensor_guards) and the key's other items: a call that passes them builds no key at all.
+    clear() forgets every check."""
 
     LIMIT = 64
 
     def __init__(self):
         super().__init__()
         self.last = (None, None)  # (key, _Template), replaced at once: threads read it whole
+        self.fast = (None, None, None)  # (the key's other items, guards, _Template), likewise
+        self._guards = {}  # key -> _tensor_guards of its tensors, or None
 
     def keep(self, key, template):
         if len(self) >= self.LIMIT:
-            del self[next(iter(self))]
+            oldest = next(iter(self))
+            del self[oldest]
+            self._guards.pop(oldest, None)
         self[key] = template
+
+    def guards_of(self, key, *tensors):
+        """The guards of the kept template under `key`, made from `tensors` (the call's, whose
+        geometry is the key's) the first time; None where torch has none."""
+        try:
+            return self._guards[key]
+        except KeyError:
+            guards = self._guards[key] = _tensor_guards([t for t in tensors if t is not None])
+            return guards
 
     def clear(self):
         super().clear()
+        self._guards.clear()
         self.last = (None, None)
+        self.fast = (None, None, None)
+
+
+def _tensor_guards(tensors):
+    """torch's C++ check of tensors' dispatch keys, dtype, device, requires_grad, sizes and
+    strides (what torch.compile's guards call), made from `tensors`: its check(*tensors) is
+    true when tensors of the same geometry come again, in one call where reading the key's
+    attributes takes some thirty. None where this torch has no such class or it will not take
+    the arguments (then every call builds the key)."""
+    torch = sys.modules.get("torch")
+    try:
+        guards_class = torch._C._dynamo.guards.TensorGuards
+        # Every size and stride as it is: a None there would leave that dimension unchecked.
+        guards = guards_class(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                              dynamic_dims_strides=[list(t.stride()) for t in tensors])
+        first = tensors[0]
+        probe = first.as_strided([max(size - 1, 0) for size in first.shape], first.stride(),
+                                 first.storage_offset())
+        if guards.check(*tensors) is not True or (
+                probe.shape != first.shape and guards.check(probe, *tensors[1:])):
+            return None  # it must pass the tensors themselves and fail a smaller first one
+        return guards
+    except Exception:  # noqa: BLE001 (an internal class: any failure means none)
+        return None
 
 
 class _Template(NamedTuple):
