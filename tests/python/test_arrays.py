@@ -126,7 +126,10 @@ class ArrayParamTest(unittest.TestCase):
                          (0x4000, 2, 8, 8))
 
     def test_empty(self):
-        self.assertEqual(param(CudaArray((0, 7), "<i4"), ("N", "M")), (0, 0, 0, 0))
+        # No data, and its extents as they are: the library checks a `b` dimension of an empty
+        # array too (ranges of no range for each of 4 requests: [4, 0]).
+        self.assertEqual(param(CudaArray((0, 7), "<i4"), ("N", "M")), (0, 0, 7, 7))
+        self.assertEqual(param(CudaArray((4, 0), "<i4"), ("b", "r"), num_reqs=4)[:3], (0, 4, 0))
 
     def test_rejections(self):
         cases = [

@@ -591,6 +591,64 @@ class TorchOpsCpuTest(unittest.TestCase):
                 with self.assertRaisesRegex(ValueError, "dtype fp16, expected bf16"):
                     call(q, out)
 
+    def test_kept_calls_with_array_parameters(self):
+        # Array parameters are part of a kept call's geometry (name, shape, strides, dtype,
+        # device): a call of the same geometry writes its own arrays' pointers into the kept
+        # descriptors, so new contents take effect, and a geometry the checks refuse is still
+        # refused. An empty array (a 0-wide ranges) goes as null.
+        ctx = flexjit.Context()
+        program = ctx.program_from_file(MASKS)
+        inputs = self.shard_inputs([range(n) for n in self.lengths])
+        reqs, longest = len(REQUESTS), max(self.lengths)
+        gen = torch.Generator().manual_seed(7)
+        cases = {
+            "document": [{"doc": torch.randint(0, 3, (reqs, longest), generator=gen,
+                                               dtype=torch.int32).cumsum(1).to(torch.int32)}
+                         for _ in range(3)],
+            "prefix_lm": [{"prefix_len": torch.randint(0, 300, (reqs,), generator=gen,
+                                                       dtype=torch.int32)} for _ in range(3)],
+            "prefix_ranges": [{"ranges": torch.zeros(reqs, 0, dtype=torch.int32)}],
+        }
+        for mask, arrays_of_calls in cases.items():
+            kernel = ctx.kernel(program, mask, head_dim=HEAD_DIM, dtype="bf16", page_size=PAGE,
+                                arch="cpu")
+            key = f"cpu.{mask}.arrays"
+            self.ops.register(key, kernel)
+            self.addCleanup(self.ops.unregister, key)
+            prepared = []
+            prepare = kernel.prepare
+            kernel.prepare = lambda *a, **k: prepared.append(1) or prepare(*a, **k)
+            calls = {
+                "Kernel.__call__": lambda arrays: kernel(
+                    self.q, query_start_loc=self.query_start_loc, **inputs,
+                    max_query_len=self.max_query_len, arrays=arrays),
+                "the operator": lambda arrays: self.ops.paged_attention(
+                    key, self.q, query_start_loc=self.query_start_loc, **inputs,
+                    max_query_len=self.max_query_len, arrays=arrays),
+            }
+            for name, call in calls.items():
+                with self.subTest(mask=mask, call=name):
+                    kernel._templates.clear()
+                    del prepared[:]
+                    for arrays in arrays_of_calls * 2:
+                        got = call(arrays)
+                        kept = len(prepared)
+                        kernel._templates.clear()  # the same call with every check
+                        want = call(arrays)
+                        self.assertEqual(len(prepared), kept + 1)
+                        self.assertTrue(torch.equal(got, want), f"{mask}, {name}")
+                        call(arrays)  # keeps the template for the next one
+                    if len(arrays_of_calls) > 1:
+                        first, second = (call(arrays) for arrays in arrays_of_calls[:2])
+                        self.assertFalse(torch.equal(first, second), "the contents changed "
+                                         "nothing: the kept call read the first arrays")
+                    array_name, array = next(iter(arrays_of_calls[0].items()))
+                    if array.numel():
+                        with self.assertRaisesRegex(ValueError, array_name):
+                            call({array_name: array[:1]})  # fewer rows than requests
+                        with self.assertRaisesRegex(ValueError, array_name):
+                            call({array_name: array.long()})
+
     def test_compile_fullgraph_matches_eager(self):
         def step(q, query_start_loc, shards, window):
             outs, lses = [], []

@@ -583,12 +583,10 @@ class Kernel(_Handle):
                 out = _default_out(q, out)
             if max_query_len is None:
                 max_query_len = _max_length(query_start_loc, "max_query_len", "query_start_loc")
-        data = key = None
-        if not arrays:
-            data, default_stream, key = self._checked_args(
-                q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
-                max_query_len, scale, kv_layout, _params_key(params) if params else (),
-                k_scale, v_scale, kv_shard)
+        data, default_stream, key = self._checked_args(
+            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
+            max_query_len, scale, kv_layout, _params_key(params) if params else (), k_scale,
+            v_scale, kv_shard, arrays)
         if data is None:
             args, default_stream = self._template(
                 key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse,
@@ -608,33 +606,33 @@ class Kernel(_Handle):
                    kv_layout="NHD", k_scale=None, v_scale=None, kv_shard=None):
         """(fj_paged_attention_args, default stream handle) of one call, with prepare()'s
         checks and struct, for callers that launch at once (__call__, torch.ops.flexjit).
-        Without array parameters, prepare() runs on the first call of each geometry: the
-        sizes, strides, dtypes and devices of the torch tensors, the current device, and
+        prepare() runs on the first call of each geometry: the sizes, strides, dtypes and
+        devices of the torch tensors (array parameters' too, by name), the current device, and
         max_query_len, scale, kv_layout, params and scales given as numbers (by value), and a
         kv_shard's rank, count and interleave (its arrays like the other tensors). Its
         struct is kept, and a later call of the same geometry copies it and writes its own
         pointers: everything prepare() checks is part of the geometry, so the checks hold, and
         only the copy and the pointers cost."""
-        data = key = None
-        if not arrays:
-            data, stream, key = self._checked_args(
-                q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
-                max_query_len, scale, kv_layout, _params_key(params) if params else (),
-                k_scale, v_scale, kv_shard)
+        data, stream, key = self._checked_args(
+            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
+            max_query_len, scale, kv_layout, _params_key(params) if params else (), k_scale,
+            v_scale, kv_shard, arrays)
         if data is not None:
-            return PagedAttentionArgs.from_buffer_copy(data), stream
+            return _struct_of(data), stream
         return self._template(key, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
                               out, lse, sinks, max_query_len, params, arrays, scale, kv_layout,
                               k_scale, v_scale, kv_shard)
 
     def _checked_args(self, q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
                       lse, sinks, max_query_len, scale, kv_layout, params_key, k_scale=None,
-                      v_scale=None, kv_shard=None):
-        """(fj_paged_attention_args as bytes, default stream, None) of a call whose geometry
-        an earlier call checked (_template), with this call's pointers; else (None, None, key):
-        the key to keep the call's template under, None where there is none (arrays that are
-        not torch tensors, unhashable values). `params_key` stands for the scalar parameters
-        (_params_key). Written out flat: this runs on every call."""
+                      v_scale=None, kv_shard=None, arrays=None):
+        """(fj_paged_attention_args, default stream, None) of a call whose geometry an earlier
+        call checked (_template), with this call's pointers; else (None, None, key): the key to
+        keep the call's template under, None where there is none (arguments that are not torch
+        tensors, unhashable values). The struct is bytes, or with array parameters a byref()
+        of a struct of its own that keeps this call's descriptors (_struct_of reads either).
+        `params_key` stands for the scalar parameters (_params_key), `arrays` is {name: tensor}.
+        Written out flat: this runs on every call."""
         calls = _torch_calls.get(type(q)) or _torch_calls_of(q)
         templates = self._templates
         try:
@@ -643,6 +641,7 @@ class Kernel(_Handle):
             # geometry in one C call, and the rest of the key is compared as it stands.
             fast_scalars, guards, template = templates.fast
             if (guards is not None and k_scale is None and v_scale is None and kv_shard is None
+                    and not arrays
                     and fast_scalars == (device, max_query_len, scale, kv_layout, params_key,
                                          lse is None, sinks is None)
                     and (guards.check(q, out, k_cache, v_cache, block_table, query_start_loc,
@@ -667,14 +666,17 @@ class Kernel(_Handle):
                                                    sinks.device),
                        None if k_scale is None and v_scale is None else
                        (_scale_key(k_scale), _scale_key(v_scale)),
-                       None if kv_shard is None else _shard_key(kv_shard))
+                       None if kv_shard is None else _shard_key(kv_shard),
+                       None if not arrays else
+                       tuple((name, t.shape, t.stride(), t.dtype, t.device)
+                             for name, t in arrays.items()))
                 last_key, template = templates.last
                 if key != last_key:
                     template = templates.get(key)
                     if template is None:
                         return None, None, key
                     templates.last = key, template
-                if k_scale is None and v_scale is None and kv_shard is None:
+                if k_scale is None and v_scale is None and kv_shard is None and not arrays:
                     templates.fast = ((device, max_query_len, scale, kv_layout, params_key,
                                        lse is None, sinks is None),
                                       templates.guards_of(key, q, out, k_cache, v_cache,
@@ -694,6 +696,19 @@ class Kernel(_Handle):
             0 if kv_shard is None or kv_shard.offsets is None else kv_shard.offsets.data_ptr(),
             0 if kv_shard is None or kv_shard.global_seq_lens is None else
             kv_shard.global_seq_lens.data_ptr(), template.tail)
+        if template.array_slots:
+            # The kept descriptors (by slot) with this call's data pointers, in memory of this
+            # call's struct: a launch in flight on another thread keeps its own.
+            descriptors = template.descriptors_type.from_buffer_copy(template.descriptors)
+            for (slot, read), array in zip(template.array_slots, arrays.values()):
+                if read:
+                    pointer = array.data_ptr()
+                    if pointer & 3:  # prepare() says why
+                        return None, None, None
+                    descriptors[slot].data = pointer
+            args = PagedAttentionArgs.from_buffer_copy(data)
+            args.arrays = descriptors
+            data = ctypes.byref(args)
         return data, None if calls is None or template.device is None else \
             calls.current_stream(template.device), None
 
@@ -713,13 +728,20 @@ class Kernel(_Handle):
             # the params array the struct points into.
             fixed = [launch.arrays[name] if isinstance(given, numbers.Real) else None
                      for name, given in (("k_scale", k_scale), ("v_scale", v_scale))]
+            # Array parameters: each one's slot, in the call's order, and whether the launch
+            # reads its memory (an empty one goes as null), with the descriptors as bytes.
+            descriptors = launch._param_values[1]
+            slots = tuple((slot, bool(descriptors[slot].data))
+                          for slot in (self.program.param_info(name).slot
+                                       for name in (arrays or {})))
             self._templates.keep(key, _Template(
                 raw[:_PAGED_POINTERS_START], raw[_PAGED_POINTERS_END:_PAGED_SINKS],
                 raw[_PAGED_SCALES_END:_PAGED_SHARDS], raw[_PAGED_SHARDS_END:],
                 (launch._param_values, fixed),
                 None if self.host else getattr(q.device, "index", None),
                 launch.args.k_scale if fixed[0] is not None else 0,
-                launch.args.v_scale if fixed[1] is not None else 0))
+                launch.args.v_scale if fixed[1] is not None else 0,
+                slots, bytes(descriptors) if slots else b"", type(descriptors)))
         return launch.args, launch._default_stream
 
     def _failed(self, status, call):
@@ -885,6 +907,9 @@ class _Template(NamedTuple):
     device: Optional[int]  # q's CUDA device: the default stream is torch's current one there
     k_scale: int  # the pointer of a k_scale given as a number (fixed), else 0: the tensor's
     v_scale: int
+    array_slots: tuple = ()  # ((slot, read), ...) of the call's array parameters, in its order
+    descriptors: bytes = b""  # the fj_array descriptors by slot, their data rewritten per call
+    descriptors_type: object = None  # their ctypes array type
 
 
 # The pointer fields q .. lse are consecutive, and so are sinks, k_scale and v_scale, and then
@@ -1021,6 +1046,14 @@ def _params_key(params):
             bits = None
         key.append((name, type(value), value, bits))
     return tuple(key)
+
+
+def _struct_of(data):
+    """A fj_paged_attention_args of its own from _checked_args' struct: a copy of bytes, or the
+    struct a byref() holds (made for that call alone)."""
+    if isinstance(data, bytes):
+        return PagedAttentionArgs.from_buffer_copy(data)
+    return data._obj
 
 
 _stream_args = {}  # stream handle -> its c_void_p

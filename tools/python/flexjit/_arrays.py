@@ -505,7 +505,7 @@ _INT32_MAX = 2**31 - 1
 
 def array_param_fields(a, *, dtype, dims, num_reqs, num_heads, host=False):
     """Checks runtime array parameter `a` (an Array) against its declaration and returns the
-    fields of its fj_array: (data, rows, cols, row_stride).
+    fields of its fj_array: (data, rows, cols, row_stride); data 0 for an empty array.
 
     dtype: "int32" or "fp32" (from the param's type); dims: the declared dimension names, as
     many as its rank ("b" must cover num_reqs entries, "h" num_heads). A 1-D array has cols 1
@@ -537,8 +537,8 @@ def array_param_fields(a, *, dtype, dims, num_reqs, num_heads, host=False):
             raise ValueError(f"{a.name}: dimension {d} (`{name}`) has {extent} entries, the "
                              f"call needs {need} "
                              f"({'num_reqs' if name == 'b' else 'num_heads'})")
-    if rows * cols == 0:
-        return 0, 0, 0, 0
+    if rows * cols == 0:  # no data, but its extents: a `b` dimension must still cover the call
+        return 0, rows, cols, row_stride
     if a.ptr % 4 != 0:
         raise ValueError(f"{a.name}: data pointer {a.ptr:#x} is not 4-byte aligned")
     return a.ptr, rows, cols, row_stride

@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 import torch
 
-from . import Kernel, KvShard, ParamType, Plan, _stream_arg, _torch_calls, _torch_calls_of
+from . import (Kernel, KvShard, ParamType, Plan, _stream_arg, _struct_of, _torch_calls,
+               _torch_calls_of)
 from . import flex as _flex
-from ._capi import PagedAttentionArgs
 
 __all__ = ["register", "unregister", "lookup", "paged_attention", "varlen_attention",
            "plan_run", "merge_states_n", "workspace_size", "SCHEMAS"]
@@ -201,15 +201,15 @@ def _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc, se
 
 
 def _with_workspace(data, workspace):
-    """A kept call's struct (_checked_args' bytes) pointed at the caller's workspace."""
-    args = PagedAttentionArgs.from_buffer_copy(data)
+    """A kept call's struct (_checked_args') pointed at the caller's workspace."""
+    args = _struct_of(data)
     _use_workspace(args, workspace)
     return ctypes.byref(args)
 
 
 # The paged implementations run on every eager call of the operators: Kernel._checked_args
-# finds the checks of an earlier call of the same geometry (calls with array parameters run
-# every check), and the launch goes out without another layer of calls. paged_attention also
+# finds the checks of an earlier call of the same geometry (array parameters' included), and
+# the launch goes out without another layer of calls. paged_attention also
 # runs CPU kernels (arch "cpu") over CPU tensors.
 
 def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_loc, seq_lens,
@@ -222,13 +222,12 @@ def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_
         target = lookup(kernel, Kernel)  # raises
     shard = _shard(kv_shard_offsets, global_seq_lens, kv_shard_rank, kv_shard_count,
                    kv_shard_interleave)
-    data = key = None
-    if not array_names and not arrays:
-        data, stream, key = target._checked_args(
-            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
-            max_query_len, scale, kv_layout,
-            _params_key(param_names, param_values) if param_names or param_values else (),
-            k_scale, v_scale, shard)
+    data, stream, key = target._checked_args(
+        q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks,
+        max_query_len, scale, kv_layout,
+        _params_key(param_names, param_values) if param_names or param_values else (),
+        k_scale, v_scale, shard,
+        _named_arrays(array_names, arrays) if array_names or arrays else None)
     if data is None:
         data, stream = _template(target, key, q, k_cache, v_cache, block_table, query_start_loc,
                                  seq_lens, out, lse, sinks, max_query_len, scale, kv_layout,
@@ -266,13 +265,12 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
                    kv_shard_interleave)
     # max_query_len is not read by a planned run (the plan's update has the lengths); passing
     # 0 keeps prepare() from reading query_start_loc back, which capture forbids.
-    data = key = None
-    if not array_names and not arrays:
-        data, stream, key = kernel._checked_args(
-            q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks, 0,
-            scale, kv_layout,
-            _params_key(param_names, param_values) if param_names or param_values else (),
-            k_scale, v_scale, shard)
+    data, stream, key = kernel._checked_args(
+        q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, lse, sinks, 0, scale,
+        kv_layout,
+        _params_key(param_names, param_values) if param_names or param_values else (),
+        k_scale, v_scale, shard,
+        _named_arrays(array_names, arrays) if array_names or arrays else None)
     if data is None:
         data, stream = _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc,
                                  seq_lens, out, lse, sinks, 0, scale, kv_layout, param_names,
