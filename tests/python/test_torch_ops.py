@@ -638,6 +638,10 @@ class TorchOpsCpuTest(unittest.TestCase):
                         self.assertEqual(len(prepared), kept + 1)
                         self.assertTrue(torch.equal(got, want), f"{mask}, {name}")
                         call(arrays)  # keeps the template for the next one
+                    guards = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards",
+                                             None), "TensorGuards", None)
+                    if guards is not None:  # the last call took the guards' fast path
+                        self.assertIsNotNone(kernel._templates.fast[1], "no fast path kept")
                     if len(arrays_of_calls) > 1:
                         first, second = (call(arrays) for arrays in arrays_of_calls[:2])
                         self.assertFalse(torch.equal(first, second), "the contents changed "

@@ -640,14 +640,16 @@ class Kernel(_Handle):
             # The fast path: the last template's guards (_tensor_guards) check the tensors'
             # geometry in one C call, and the rest of the key is compared as it stands.
             fast_scalars, guards, template = templates.fast
+            names = tuple(arrays) if arrays else None
             if (guards is not None and k_scale is None and v_scale is None and kv_shard is None
-                    and not arrays
                     and fast_scalars == (device, max_query_len, scale, kv_layout, params_key,
-                                         lse is None, sinks is None)
+                                         lse is None, sinks is None, names)
                     and (guards.check(q, out, k_cache, v_cache, block_table, query_start_loc,
-                                      seq_lens) if lse is None and sinks is None else
-                         guards.check(q, out, k_cache, v_cache, block_table, query_start_loc,
-                                      seq_lens, *[t for t in (lse, sinks) if t is not None]))):
+                                      seq_lens) if lse is None and sinks is None and not arrays
+                         else guards.check(q, out, k_cache, v_cache, block_table,
+                                           query_start_loc, seq_lens,
+                                           *[t for t in (lse, sinks) if t is not None],
+                                           *(arrays.values() if arrays else ())))):
                 key = None
             else:
                 key = (device, max_query_len, scale, kv_layout, params_key,
@@ -676,12 +678,13 @@ class Kernel(_Handle):
                     if template is None:
                         return None, None, key
                     templates.last = key, template
-                if k_scale is None and v_scale is None and kv_shard is None and not arrays:
+                if k_scale is None and v_scale is None and kv_shard is None:
                     templates.fast = ((device, max_query_len, scale, kv_layout, params_key,
-                                       lse is None, sinks is None),
+                                       lse is None, sinks is None, names),
                                       templates.guards_of(key, q, out, k_cache, v_cache,
                                                           block_table, query_start_loc, seq_lens,
-                                                          lse, sinks),
+                                                          lse, sinks,
+                                                          *(arrays.values() if arrays else ())),
                                       template)
         except (AttributeError, TypeError):  # not torch tensors; unhashable values
             return None, None, None
