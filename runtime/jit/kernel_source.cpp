@@ -1,6 +1,7 @@
 #include "jit/kernel_source.h"
 
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -28,6 +29,12 @@ std::string dtype_in_name(const PrefillKernelConfig& config) {
 std::string kernel_variant(const PrefillKernelConfig& config, const std::string& variant) {
   return config.kv_sharded ? fmt::format("fj::ShardedVariant<{}>", variant) : variant;
 }
+
+// The mma.sync kernels' (and decode's) second build, where the first spills: ptxas at register
+// usage level 0, which does not hold the kernel to the registers of one more CTA per SM. At the
+// default level ptxas capped Longformer's sm_80 hd64 kernel at 168 registers (three CTAs of 128
+// threads) and spilled 84 bytes; at level 0 it takes 176 and spills nothing.
+constexpr std::string_view kFreeRegistersOption = "--ptxas-options=--register-usage-level=0";
 
 // The kernel templates' last argument, kKvFp8, written only when true: the 16-bit kernels'
 // sources (and hashes) stay as they were.
@@ -125,6 +132,8 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
     } else {
       spec.fallbacks = {{producer_range}};
     }
+  } else {
+    spec.fallbacks = {{std::string(kFreeRegistersOption)}};
   }
   return spec;
 }
@@ -153,6 +162,7 @@ KernelSpec decode_kernel_spec(const Variant& variant_ir, const PrefillKernelConf
       fmt::arg("threads", fj::kDecodeThreads), fmt::arg("variant", kernel_variant(config, variant)),
       fmt::arg("head_dim", config.head_dim), fmt::arg("bf16", config.bf16 ? "true" : "false"),
       fmt::arg("page", config.page_size), fmt::arg("kv_fp8", kv_fp8_argument(config)));
+  spec.fallbacks = {{std::string(kFreeRegistersOption)}};
   return spec;
 }
 

@@ -101,8 +101,6 @@ const std::vector<std::string> kKnownCliffs = {
     // A 14-term || chain of `kv < q - c` with a score, rolled per element: the mma.sync kernel
     // at head dim 256 (O alone is 128 registers a thread) spills beyond causal's.
     "prefill_generated40_hd256_bf16_page16_sm80",
-    // prefix_ranges' shape with a rolled chain: 4 bytes beyond causal's 72 (sm_80, hd 256).
-    "prefill_generated200_hd256_bf16_page16_sm80",
     // kv <= q - 4 && any(i < 64: all(j < 15: kv / window == 15 i + j)): its kv_range (nested
     // loops of kv bounds) beside the mma.sync kernel's Q fragments and O. The wgmma kernels of
     // the same mask are clean since the producer takes the range from the consumers.

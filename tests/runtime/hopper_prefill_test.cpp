@@ -32,6 +32,23 @@ flexjit::PrefillKernelConfig config_of(int head_dim, const std::string& arch, in
   return config;
 }
 
+// Longformer (a window of 256 keys and global tokens both ways), and the variant whose global
+// queries see only earlier keys.
+flexjit::dsl::Module longformer_module() {
+  std::vector<flexjit::dsl::Diagnostic> diagnostics;
+  flexjit::dsl::Module module = flexjit::dsl::parse_and_check(
+      {"longformer.mask",
+       "const radius: int = 256\n"
+       "param global_token: int[kv]\n"
+       "mask longformer = abs(q - kv) <= radius || global_token[kv] != 0 || "
+       "global_token[q] != 0\n"
+       "mask causal_global = abs(q - kv) <= radius || global_token[kv] != 0 || "
+       "(global_token[q] != 0 && kv <= q)\n"},
+      diagnostics);
+  REQUIRE(diagnostics.empty());
+  return module;
+}
+
 }  // namespace
 
 TEST_CASE("sm_90a at head dims 64, 128 and 256 gets the warp-specialized wgmma kernel",
@@ -132,17 +149,7 @@ TEST_CASE(
 // producer computing it (KernelSpec::fallbacks), is what compile_spec keeps for it.
 TEST_CASE("a kernel whose first build serializes wgmma or spills more gets its second build",
           "[hopper]") {
-  std::vector<flexjit::dsl::Diagnostic> diagnostics;
-  const flexjit::dsl::Module module = flexjit::dsl::parse_and_check(
-      {"longformer.mask",
-       "const radius: int = 256\n"
-       "param global_token: int[kv]\n"
-       "mask longformer = abs(q - kv) <= radius || global_token[kv] != 0 || "
-       "global_token[q] != 0\n"
-       "mask causal_global = abs(q - kv) <= radius || global_token[kv] != 0 || "
-       "(global_token[q] != 0 && kv <= q)\n"},
-      diagnostics);
-  REQUIRE(diagnostics.empty());
+  const flexjit::dsl::Module module = longformer_module();
   auto variant = flexjit::lower_mask(module, "causal_global");
   REQUIRE(variant.ok());
   for (const int head_dim : {128, 256}) {
@@ -189,8 +196,8 @@ TEST_CASE("a kernel whose first build serializes wgmma or spills more gets its s
 
 // A variant whose mask's structure takes 128-key tiles at head dim 128 (kWideKeyTiles) but
 // whose 128-key build spills: the runtime's fallbacks take 64-key tiles
-// (FJ_WGMMA_NARROW_KEY_TILES), then also the producer's kv range, and the clean one is kept. (Found as
-// a generated mask of issue 29's [cliffs-full]: every key visible, a constant score.)
+// (FJ_WGMMA_NARROW_KEY_TILES), then also the producer's kv range, and the clean one is kept. (Found
+// as a generated mask of issue 29's [cliffs-full]: every key visible, a constant score.)
 TEST_CASE("a variant whose 128-key tiles spill gets 64-key tiles", "[hopper]") {
   std::vector<flexjit::dsl::Diagnostic> diagnostics;
   const flexjit::dsl::Module module =
@@ -228,6 +235,30 @@ TEST_CASE("a variant whose 128-key tiles spill gets 64-key tiles", "[hopper]") {
   flexjit::PrefillKernelConfig sharded = config_of(128, "sm_90a");
   sharded.kv_sharded = true;
   CHECK(flexjit::prefill_kernel_spec(*variant, sharded).fallbacks.size() == 1);
+}
+
+// The mma.sync kernels' fallback: ptxas at register usage level 0. At the default level ptxas
+// held a plain Longformer mask's sm_80 head-dim-64 kernel to 168 registers (three CTAs of 128
+// threads per SM) and spilled; level 0 lets it take the registers it needs (issue 29).
+TEST_CASE("an mma.sync kernel that spills at the default register level falls back on level 0",
+          "[hopper]") {
+  const flexjit::dsl::Module module = longformer_module();
+  auto variant = flexjit::lower_mask(module, "longformer");
+  REQUIRE(variant.ok());
+  flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(*variant, config_of(64, "sm_80"));
+  REQUIRE(spec.fallbacks.size() == 1);
+  CHECK(spec.fallbacks[0] == std::vector<std::string>{"--ptxas-options=--register-usage-level=0"});
+  auto compiled = flexjit::compile_spec(spec, true);
+  REQUIRE(compiled.ok());
+  auto kept = flexjit::parse_ptxas_resources(compiled->output.log, spec.name);
+  REQUIRE(kept.ok());
+  CHECK(kept->spill_store_bytes == 0);
+  CHECK(kept->spill_load_bytes == 0);
+  spec.fallbacks.clear();
+  const PtxasReport first = compile_with_report(spec);
+  INFO("the first build: " << first.resources.registers << " registers");
+  CHECK(first.resources.spill_store_bytes > 0);
+  CHECK(kept->registers > first.resources.registers);
 }
 
 TEST_CASE("ptxas's note that wgmma is serialized is read for its function", "[hopper]") {
