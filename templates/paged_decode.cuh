@@ -203,18 +203,14 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   // Q's copies are the oldest cp.async group, so the wait for the first K/V tile covers them:
   // their latency overlaps the listing and the first tiles' copies.
   const unsigned short* q_warp = q_tile + (lane % 16) * kRow + (lane / 16) * 8;
-  // An fp8 cache at head dims 64 and 128: K's fragments come from the e4m3 stage in registers
-  // (no 16-bit K tile), and Q's, in the matching order, stay in registers from the item's first
-  // tile (32 at head dim 128; at 256 they would not fit).
-  constexpr bool kKInRegisters = kKvFp8 && decode_swizzled_tiles(kHeadDim) && kHeadDim <= 128;
-  // And V's B fragments, likewise: ldmatrix.trans over the e4m3 stage (see the P V step), with
-  // no 16-bit tiles at all. (At 256, V's fragments so read took the registers to 255 and spilled.)
-  constexpr bool kVInRegisters = kKInRegisters;
-  static_assert(decode_fp8_converts(kHeadDim, kKvFp8) == (kKvFp8 && !kKInRegisters),
-                "the 16-bit tiles exist where the warps convert");
+  // An fp8 cache at head dims 64 and 128 (where decode_fp8_converts is false): K's and V's
+  // fragments come from the e4m3 stage in registers (no 16-bit tiles), and Q's, in K's order,
+  // stay in registers from the item's first tile (32 at head dim 128; at 256 they would not fit,
+  // and V's fragments so read took the registers to 255 and spilled).
+  constexpr bool kStageFragments = kKvFp8 && !decode_fp8_converts(kHeadDim, kKvFp8);
   constexpr int kLaneBytes = kHeadDim / 4;  // of a K row, per quad lane
   const unsigned short* const q_lane = q_tile + quad_row * kRow + quad_col * kLaneBytes;
-  u32 q_frag[kKInRegisters ? kKSteps : 1][4];
+  u32 q_frag[kStageFragments ? kKSteps : 1][4];
   bool q_ready = false;
 
   float o[kNTilesO][4];
@@ -289,7 +285,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       const unsigned short* k_tile = stages + (kKvFp8 ? 0 : (i % kStages) * 2 * kTileElems);
       const unsigned short* v_tile = k_tile + kTileElems;
       const u32 k_stage = smem_address(copy_stages + (i % kStages) * 2 * kStageTileElems);
-      if constexpr (kKInRegisters) {
+      if constexpr (kStageFragments) {
         if (!q_ready) {  // Q has landed with the item's first tile
           for (int ks = 0; ks < kKSteps; ++ks) {
             const uint2 top = *reinterpret_cast<const uint2*>(q_lane + 4 * ks);
@@ -302,7 +298,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
           q_ready = true;
         }
       }
-      if constexpr (kKvFp8 && !kKInRegisters) {
+      if constexpr (decode_fp8_converts(kHeadDim, kKvFp8)) {
         // The warp's 16 keys of K and V into the 16-bit tiles: only this warp reads them, and
         // it has finished the previous tile's.
         using StageLayout = typename Loader::StageLayout;
@@ -331,7 +327,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
 
       // S = Q K^T for the 16 rows and this warp's 16 keys.
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      if constexpr (kKInRegisters) {
+      if constexpr (kStageFragments) {
         // K's B fragments straight from the e4m3 stage: lane (quad_row, quad_col) reads bytes
         // [quad_col * kLaneBytes, + kLaneBytes) of keys warp * 16 + 8 j + quad_row; word ks of
         // them converts into k-step ks's b0 (bytes 0, 1) and b1 (bytes 2, 3). The sum over k
@@ -408,7 +404,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       p_frag[1] = pack_2x16<kBF16>(s[0][2], s[0][3]);
       p_frag[2] = pack_2x16<kBF16>(s[1][0], s[1][1]);
       p_frag[3] = pack_2x16<kBF16>(s[1][2], s[1][3]);
-      if constexpr (kVInRegisters) {
+      if constexpr (kStageFragments) {
         // ldmatrix.trans of the e4m3 stage as 16-bit units: matrix m holds keys 8 (m % 2) + 0..7
         // by the unit pairs of dims chunk 2 dp + m / 2, and lane (quad_row, quad_col) receives
         // keys 2 quad_col, + 1 at dims 2 quad_row, + 1 of them: bytes (k, d), (k, d + 1),
@@ -490,11 +486,11 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   }
   __syncthreads();
   constexpr int kOwnTiles = (kNTilesO + kWarps - 1) / kWarps;
-  static_assert(!kVInRegisters || kNTilesO % (2 * kWarps) == 0, "each warp takes whole chunks");
+  static_assert(!kStageFragments || kNTilesO % (2 * kWarps) == 0, "each warp takes whole chunks");
   // The output column tile of the warp's t-th: tiles warp, warp + kWarps, ...; with V's
   // fragments from registers, chunks (tile pairs 2 c, 2 c + 1) warp, warp + kWarps, ...
   const auto own_tile = [&](int t) {
-    return kVInRegisters ? 2 * (warp + (t / 2) * kWarps) + t % 2 : warp + t * kWarps;
+    return kStageFragments ? 2 * (warp + (t / 2) * kWarps) + t % 2 : warp + t * kWarps;
   };
   float2 result[kOwnTiles][2];
   for (int t = 0; t < kOwnTiles; ++t) {
@@ -529,7 +525,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       const int row = quad_row + r * 8;
       if (row >= valid_rows) continue;
       u32* const dst = reinterpret_cast<u32*>(out_row(row));
-      if constexpr (kVInRegisters) {
+      if constexpr (kStageFragments) {
         // Tiles 2 c and 2 c + 1 hold dims 16 c + 4 quad_col + (0, 2) and + (1, 3).
         for (int t = 0; t < kOwnTiles; t += 2) {
           const int d = own_tile(t) * 8 + quad_col * 4;
@@ -558,7 +554,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
     if (row >= valid_rows) continue;
     float2* const dst =
         reinterpret_cast<float2*>(decode.partial_out + (slot * kDecodeRows + row) * kHeadDim);
-    if constexpr (kVInRegisters) {
+    if constexpr (kStageFragments) {
       for (int t = 0; t < kOwnTiles; t += 2) {
         const int d = own_tile(t) * 8 + quad_col * 4;
         *reinterpret_cast<float4*>(dst + d / 2) =
