@@ -89,9 +89,9 @@ struct CompiledSpec {
 // Compiles `spec` with the templates. A spec with fallbacks is compiled with ptxas's report;
 // while every build so far shows serialized wgmma or spills, the next fallback's options are
 // added to the spec's and built too, and the best kept: wgmma not serialized first, then fewer
-// spill bytes, the earlier build on a tie. ptxas's choices there cannot be told from the source (issue 29: which
-// role of the wgmma kernel computes a block's kv range decides it for some masks and not for
-// others). With `report` the log of the kept build holds ptxas's report.
+// spill bytes, the earlier build on a tie. ptxas's choices there cannot be told from the source
+// (issue 29: which role of the wgmma kernel computes a block's kv range decides it for some
+// masks and not for others). With `report` the log of the kept build holds ptxas's report.
 Result<CompiledSpec> compile_spec(const KernelSpec& spec, bool report);
 
 // Compiled kernels by key, for the life of the cache.

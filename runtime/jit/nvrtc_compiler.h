@@ -40,6 +40,12 @@ Result<NvrtcOutput> nvrtc_compile_ptx(std::string_view program_name, std::string
 // The option that makes NVRTC's log carry ptxas's resource report.
 inline constexpr std::string_view kPtxasVerboseOption = "--ptxas-options=-v";
 
+// Whether `option` is passed on to ptxas (--ptxas-options=...): it changes the cubin, not the
+// PTX.
+inline bool is_ptxas_option(std::string_view option) {
+  return option.starts_with("--ptxas-options=");
+}
+
 // Parses ptxas's report on `function` out of an NVRTC log; an Error when the log has none.
 Result<PtxasResources> parse_ptxas_resources(std::string_view log, std::string_view function);
 

@@ -1,6 +1,7 @@
 // flexjit/internal/inspect.h over the runtime's internals: handles, the caches, NVRTC.
 #include "flexjit/internal/inspect.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "jit/disk_cache.h"
@@ -41,9 +42,15 @@ std::string cache_key(const KernelSpec& spec) {
 Result<std::string> compile_ptx(const KernelSpec& spec) {
   std::string virtual_arch = spec.arch;
   virtual_arch.replace(0, 3, "compute_");  // sm_90a -> compute_90a
-  // The PTX of the build the cache keeps (compile_spec chooses by ptxas's report).
+  // The PTX of the build the cache keeps (compile_spec chooses by ptxas's report). Fallbacks of
+  // ptxas options alone (the mma.sync kernels' register level) all have the first build's PTX:
+  // no build is needed to know it.
   std::vector<std::string> options = spec.options;
-  if (!spec.fallbacks.empty()) {
+  const bool ptx_may_differ =
+      std::any_of(spec.fallbacks.begin(), spec.fallbacks.end(), [](const auto& fallback) {
+        return !std::all_of(fallback.begin(), fallback.end(), is_ptxas_option);
+      });
+  if (ptx_may_differ) {
     auto compiled = compile_spec(spec, false);
     if (!compiled) return compiled.error();
     options = std::move(compiled->options);
