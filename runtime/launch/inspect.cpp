@@ -65,8 +65,7 @@ Result<PtxasResources> ptxas_resources(const KernelSpec& spec) {
   auto compiled = compile_spec(spec, true);
   if (!compiled) return compiled.error();
   auto resources = parse_ptxas_resources(compiled->output.log, spec.name);
-  if (resources && compiled->options.size() > spec.options.size()) {
-    resources->fallback_build = true;
+  if (resources) {
     resources->fallback_options.assign(compiled->options.begin() + spec.options.size(),
                                        compiled->options.end());
   }

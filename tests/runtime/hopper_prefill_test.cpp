@@ -166,7 +166,7 @@ TEST_CASE("a kernel whose first build serializes wgmma or spills more gets its s
     // `flexjit compile --resources` says which build it reports.
     auto inspected = flexjit::inspect::ptxas_resources(spec);
     REQUIRE(inspected.ok());
-    CHECK(inspected->fallback_build);
+    CHECK(inspected->fallback_build());
     // The first build alone, as the cache compiled it before the fallback existed.
     spec.fallbacks.clear();
     const PtxasReport first = compile_with_report(spec);

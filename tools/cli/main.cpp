@@ -456,7 +456,7 @@ int print_resources(const flexjit::KernelSpec& spec, const flexjit::PrefillKerne
                                       {"spill_store_bytes", resources->spill_store_bytes},
                                       {"spill_load_bytes", resources->spill_load_bytes},
                                       {"wgmma_serialized", resources->wgmma_serialized},
-                                      {"fallback_build", resources->fallback_build},
+                                      {"fallback_build", resources->fallback_build()},
                                       {"fallback_options", resources->fallback_options}}
                            .dump(2));
     return 0;
@@ -475,7 +475,7 @@ int print_resources(const flexjit::KernelSpec& spec, const flexjit::PrefillKerne
   if (resources->wgmma_serialized) {
     fmt::print("  wgmma          serialized by ptxas  <-- each MMA waits for the previous one\n");
   }
-  if (resources->fallback_build) {
+  if (resources->fallback_build()) {
     fmt::print("  build          a fallback ({}): the first was serialized or spilled\n",
                fmt::join(resources->fallback_options, " "));
   }

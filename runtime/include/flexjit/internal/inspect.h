@@ -103,11 +103,11 @@ struct PtxasResources {
   // ptxas reported "wgmma.mma_async instructions are serialized" for the function (C7514,
   // C7520: each MMA waits for the previous one; docs/hopper.md says what causes it).
   bool wgmma_serialized = false;
-  // Set by inspect::ptxas_resources: the report is of one of the spec's fallbacks (the options
-  // it added in fallback_options), which compile_spec kept: the first build was serialized or
-  // spilled, and that one less so.
-  bool fallback_build = false;
+  // Set by inspect::ptxas_resources: the options a fallback of the spec added, where the report
+  // is of that build (compile_spec kept it: the first build was serialized or spilled, and that
+  // one less so); empty for the first build.
   std::vector<std::string> fallback_options;
+  bool fallback_build() const { return !fallback_options.empty(); }
 };
 
 // One disk cache entry as `flexjit cache ls` shows it.
