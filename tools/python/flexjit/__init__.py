@@ -702,7 +702,7 @@ class Kernel(_Handle):
         if template.array_slots:
             # The kept descriptors (by slot) with this call's data pointers, in memory of this
             # call's struct: a launch in flight on another thread keeps its own.
-            descriptors = template.descriptors_type.from_buffer_copy(template.descriptors)
+            descriptors = type(template.descriptors).from_buffer_copy(template.descriptors)
             for (slot, read), array in zip(template.array_slots, arrays.values()):
                 if read:
                     pointer = array.data_ptr()
@@ -732,7 +732,7 @@ class Kernel(_Handle):
             fixed = [launch.arrays[name] if isinstance(given, numbers.Real) else None
                      for name, given in (("k_scale", k_scale), ("v_scale", v_scale))]
             # Array parameters: each one's slot, in the call's order, and whether the launch
-            # reads its memory (an empty one goes as null), with the descriptors as bytes.
+            # reads its memory (an empty one goes as null), with prepare()'s descriptors.
             descriptors = launch._param_values[1]
             slots = tuple((slot, bool(descriptors[slot].data))
                           for slot in (self.program.param_info(name).slot
@@ -744,7 +744,7 @@ class Kernel(_Handle):
                 None if self.host else getattr(q.device, "index", None),
                 launch.args.k_scale if fixed[0] is not None else 0,
                 launch.args.v_scale if fixed[1] is not None else 0,
-                slots, bytes(descriptors) if slots else b"", type(descriptors)))
+                slots, descriptors if slots else None))
         return launch.args, launch._default_stream
 
     def _failed(self, status, call):
@@ -911,8 +911,8 @@ class _Template(NamedTuple):
     k_scale: int  # the pointer of a k_scale given as a number (fixed), else 0: the tensor's
     v_scale: int
     array_slots: tuple = ()  # ((slot, read), ...) of the call's array parameters, in its order
-    descriptors: bytes = b""  # the fj_array descriptors by slot, their data rewritten per call
-    descriptors_type: object = None  # their ctypes array type
+    descriptors: object = None  # prepare()'s fj_array descriptors by slot (the struct's, never
+    #                             written again): each call copies them with its data pointers
 
 
 # The pointer fields q .. lse are consecutive, and so are sinks, k_scale and v_scale, and then

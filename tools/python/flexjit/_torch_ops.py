@@ -134,9 +134,10 @@ def _named_params(program, names, values):
 
 
 def _named_arrays(names, tensors):
+    """{name: tensor} from the operator's two lists; None for none."""
     if len(names) != len(tensors):
         raise ValueError(f"array_names has {len(names)} entries, arrays {len(tensors)}")
-    return dict(zip(names, tensors))
+    return dict(zip(names, tensors)) or None
 
 
 def _use_workspace(args, workspace):
@@ -191,7 +192,7 @@ def _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc, se
         max_query_len,
         (_named_params(kernel.program, param_names, param_values)
          if param_names or param_values else None),
-        _named_arrays(array_names, arrays) if array_names or arrays else None, scale,
+        _named_arrays(array_names, arrays), scale,
         kv_layout, k_scale, v_scale,
         None if shard is None else KvShard(shard.rank, shard.count, shard.interleave,
                                            offsets=shard.offsets,
@@ -227,7 +228,7 @@ def _paged_attention_impl(kernel, q, k_cache, v_cache, block_table, query_start_
         max_query_len, scale, kv_layout,
         _params_key(param_names, param_values) if param_names or param_values else (),
         k_scale, v_scale, shard,
-        _named_arrays(array_names, arrays) if array_names or arrays else None)
+        _named_arrays(array_names, arrays))
     if data is None:
         data, stream = _template(target, key, q, k_cache, v_cache, block_table, query_start_loc,
                                  seq_lens, out, lse, sinks, max_query_len, scale, kv_layout,
@@ -270,7 +271,7 @@ def _plan_run_impl(plan, q, k_cache, v_cache, block_table, query_start_loc, seq_
         kv_layout,
         _params_key(param_names, param_values) if param_names or param_values else (),
         k_scale, v_scale, shard,
-        _named_arrays(array_names, arrays) if array_names or arrays else None)
+        _named_arrays(array_names, arrays))
     if data is None:
         data, stream = _template(kernel, key, q, k_cache, v_cache, block_table, query_start_loc,
                                  seq_lens, out, lse, sinks, 0, scale, kv_layout, param_names,
