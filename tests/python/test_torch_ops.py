@@ -30,6 +30,12 @@ except ImportError:
 MASKS = str(REPO / "dsl" / "lib" / "standard.mask")
 
 
+def has_tensor_guards():
+    """Whether this torch has the C++ tensor check kept calls use (flexjit._tensor_guards)."""
+    return getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "TensorGuards",
+                   None) is not None
+
+
 def cuda_available():
     return torch is not None and torch.cuda.is_available()
 
@@ -570,8 +576,6 @@ class TorchOpsCpuTest(unittest.TestCase):
                 max_query_len=self.max_query_len, params={"window": 100}),
         }
         want = self.whole()[0]
-        guards = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None),
-                         "TensorGuards", None)
         for name, call in calls.items():
             with self.subTest(call=name):
                 kernel._templates.clear()
@@ -580,7 +584,7 @@ class TorchOpsCpuTest(unittest.TestCase):
                     out.fill_(float("nan"))
                     call(q, out)
                     self.assertTrue(torch.equal(out, want), name)
-                if guards is not None:
+                if has_tensor_guards():
                     self.assertIsNotNone(kernel._templates.fast[1], "no fast path was kept")
                 shrunk = q.clone()
                 shrunk.resize_(q.shape[0], HEADS - KV_HEADS, HEAD_DIM)  # same object, 6 heads
@@ -638,9 +642,7 @@ class TorchOpsCpuTest(unittest.TestCase):
                         self.assertEqual(len(prepared), kept + 1)
                         self.assertTrue(torch.equal(got, want), f"{mask}, {name}")
                         call(arrays)  # keeps the template for the next one
-                    guards = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards",
-                                             None), "TensorGuards", None)
-                    if guards is not None:  # the last call took the guards' fast path
+                    if has_tensor_guards():  # the last call took the guards' fast path
                         self.assertIsNotNone(kernel._templates.fast[1], "no fast path kept")
                     if len(arrays_of_calls) > 1:
                         first, second = (call(arrays) for arrays in arrays_of_calls[:2])
