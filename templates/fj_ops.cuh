@@ -34,8 +34,9 @@ struct ArrayParam {
   i32 cols = 0;
   i32 row_stride = 0;  // elements from one row to the next, >= cols
   i32 slot = 0;        // this array's slot, for bad_index reports
-  // Debug (null normally): four int32 {reported, slot, row, col}, zeroed by the caller. The
-  // first read outside the array sets reported to 1 and records where it was.
+  // Debug (null normally): four int32 {code, ...}, zeroed by the caller, shared by the launch's
+  // every slot and its other reports (DebugReport). The first read outside the array sets code
+  // to DebugReport::ArrayIndex and records the slot, row and column.
   i32* bad_index = nullptr;
   // Min/max summary along the array's position axis (see "Summaries" below), or null. Lets
   // the interval analysis bound a read over a range of positions (`doc[b, kv]` over a tile)
@@ -117,19 +118,33 @@ FJ_HD u32 e4m3_from_float(float value) {
   return sign | ((((rounded >> 23) - 120u) << 3) | ((rounded >> 20) & 7u));
 }
 
-// Records the first out-of-range read when the launch asked for it (ArrayParam::bad_index).
-// Off the fast path: only reads that already yield 0 come here.
-FJ_HD void report_bad_index(const ArrayParam& a, i32 row, i32 col) {
-  if (a.bad_index == nullptr) return;
+// What the debug word (ArrayParam::bad_index, flexjit.h) holds in [0] once something was
+// reported; [1..3] as listed. The first report of any kind wins: [0] goes from 0 to its code
+// once, and [1..3] belong to that report.
+enum class DebugReport : i32 {
+  ArrayIndex = 1,   // an array read outside the array: slot, row, column
+  BlockId = 2,      // a block-table entry outside [0, num_blocks): request, logical block, id
+  QueryLength = 3,  // a request longer than max_query_len: request, query rows, max_query_len
+};
+
+// Records a report in `word` (null: the launch did not ask) unless one is there already.
+// Off the fast path: only what is already wrong comes here.
+FJ_HD void report_debug(i32* word, DebugReport code, i32 a, i32 b, i32 c) {
+  if (word == nullptr) return;
 #if defined(__CUDA_ARCH__)
-  if (atomicCAS(a.bad_index, 0, 1) != 0) return;
+  if (atomicCAS(word, 0, static_cast<i32>(code)) != 0) return;
 #else
-  if (a.bad_index[0] != 0) return;
-  a.bad_index[0] = 1;
+  if (word[0] != 0) return;
+  word[0] = static_cast<i32>(code);
 #endif
-  a.bad_index[1] = a.slot;
-  a.bad_index[2] = row;
-  a.bad_index[3] = col;
+  word[1] = a;
+  word[2] = b;
+  word[3] = c;
+}
+
+// Records the first out-of-range read when the launch asked for it (ArrayParam::bad_index).
+FJ_HD void report_bad_index(const ArrayParam& a, i32 row, i32 col) {
+  report_debug(a.bad_index, DebugReport::ArrayIndex, a.slot, row, col);
 }
 
 // Offset of element [row, col], or -1 (reported) when it lies outside the array.

@@ -246,6 +246,13 @@ struct PagedPrefillArgs {
   // A sharded call's layout (context parallelism), read only by kernels of a ShardedVariant
   // (sharded_variant.cuh); zero otherwise.
   KvShard shard;
+
+  // Direct launches: the host's longest query (the grid's rows); a longer request has its rows
+  // zeroed and is reported (DebugReport::QueryLength). Unused by planned launches.
+  i32 max_query_len;
+  // Paged: blocks in the cache, at most 2^31; 0 leaves block ids unchecked. Keys whose block id
+  // lies outside [0, num_blocks) are absent (page_in_cache, paged_prefill.cuh).
+  u32 num_blocks;
 };
 
 static_assert(sizeof(const i32*) == sizeof(i64),

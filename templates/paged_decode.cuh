@@ -56,9 +56,9 @@ struct DecodeTileLoader {
                                        unsigned short* v_tile, const i32*, int k0,
                                        int kv_end) const {
     k_copy.copy(smem_address(k_tile), args.k_stride_block / kUnit, args.k_stride_slot / kUnit,
-                pages, 0, k0, kv_end);
+                pages, 0, k0, kv_end, last_block_of(args));
     v_copy.copy(smem_address(v_tile), args.v_stride_block / kUnit, args.v_stride_slot / kUnit,
-                pages, 0, k0, kv_end);
+                pages, 0, k0, kv_end, last_block_of(args));
   }
 };
 
@@ -81,10 +81,10 @@ struct DecodeTileLoader<kHeadDim, kPageSize, kKvFp8, false> {
                                        int kv_end) const {
     load_kv_tile<kHeadDim / kUnit, kPageSize>(k_tile, k_cache, args.k_stride_block / kUnit,
                                               args.k_stride_slot / kUnit, k_head_offset, block_row,
-                                              0, k0, kv_end);
+                                              0, k0, kv_end, last_block_of(args));
     load_kv_tile<kHeadDim / kUnit, kPageSize>(v_tile, v_cache, args.v_stride_block / kUnit,
                                               args.v_stride_slot / kUnit, v_head_offset, block_row,
-                                              0, k0, kv_end);
+                                              0, k0, kv_end, last_block_of(args));
   }
 };
 
@@ -245,8 +245,9 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       TileClass own_class = TileClass::Empty;
       if (own < split_end) {
         const int own_k0 = own * kDecodeBlockN;
-        own_class = classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi,
-                                       own_k0, min(own_k0 + kDecodeBlockN, kv_end));
+        own_class = classify_tile<kDecodeBlockN, kPageSize>(variant, args, block_row, request,
+                                                            head_lo, head_hi, q_lo, q_hi, own_k0,
+                                                            min(own_k0 + kDecodeBlockN, kv_end));
       }
       const bool keep = own_class != TileClass::Empty;
       const unsigned ballot = __ballot_sync(0xffffffffu, keep);
@@ -364,7 +365,7 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
         }
       }
 
-      const bool check_elements = tile_class == TileClass::Partial || k0 + kDecodeBlockN > kv_end;
+      const bool check_elements = checks_elements(tile_class) || k0 + kDecodeBlockN > kv_end;
       float tile_max[2] = {neg_inf, neg_inf};
       const int key0 = k0 + warp * 16 + quad_col * 2;
       if constexpr (Variant::kRolledMask) {
@@ -377,6 +378,13 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
       } else {
         score_and_mask<2>(variant, args.params, scale, rows, key0, kv_end, check_elements, s,
                           tile_max);
+      }
+      if (has_absent_keys(tile_class)) {
+        mask_absent_keys<2, Variant>(scale,
+                                     PresentPages<kPageSize>{absent_pages<kDecodeBlockN, kPageSize>(
+                                                                 args, block_row, k0, kv_end),
+                                                             k0 % kPageSize + (key0 - k0)},
+                                     s, tile_max);
       }
       float max_scaled[2];
       for (int r = 0; r < 2; ++r) {

@@ -62,6 +62,83 @@ __device__ __forceinline__ KvRange kv_range_for_heads(const Variant& variant,
   }
 }
 
+// The launch's debug word (flexjit.h's bad_index): every array slot holds the same pointer
+// (prepare_arrays, runtime/launch), so slot 0's takes the kernels' own reports too.
+__device__ __forceinline__ i32* debug_word(const PagedPrefillArgs& args) {
+  return args.params.array[0].bad_index;
+}
+
+// Whether block id `id` lies in a cache of num_blocks blocks (num_blocks != 0): one unsigned
+// comparison, which also rejects negative ids.
+__device__ __forceinline__ bool page_in_cache(i32 id, u32 num_blocks) {
+  return static_cast<u32>(id) < num_blocks;
+}
+
+// The largest block id the copies read (KvTileCopy::copy, load_kv_tile): num_blocks - 1, or
+// 2^32 - 1, which no id exceeds, where the launch checks nothing (num_blocks 0). Each copied
+// 16-byte chunk compares its block id with it, one instruction, on every tile rather than only
+// those listed kAbsentKeysClass: each way of testing only those (a second copy in a branch, a
+// replacement of their entries by block 0 with V's rows zeroed after, a flag in the test) cost
+// the wgmma kernels 2-8% and the fp8 decode 4%, where the one comparison costs 0-2%
+// (bench/history/2026-11-29-bad-blocks.md).
+__device__ __forceinline__ u32 last_block_of(const PagedPrefillArgs& args) {
+  return args.num_blocks - 1u;
+}
+
+// The class a visited tile is listed with when a page of its keys lies outside the cache (a
+// block id outside [0, num_blocks)): after Empty, Full and Partial (TileClass, shared with the
+// host), the value that tile lists' `tile * 4 + class` has free. Its absent keys are masked as
+// if the mask were false there (mask_absent_keys), so it checks every element whatever the
+// mask's class; its copies zero-fill those keys' rows instead of reading them. Tiles whose pages
+// are all in the cache take the paths they always took.
+enum : int { kAbsentKeysClass = 3 };
+__device__ __forceinline__ bool has_absent_keys(TileClass c) {
+  return static_cast<int>(c) == kAbsentKeysClass;
+}
+// Whether a listed (not Empty) tile of class `c` masks element by element.
+__device__ __forceinline__ bool checks_elements(TileClass c) {
+  return c != TileClass::Full;
+}
+
+// classify_for_heads for the tile of keys [k0, k1) (at most kKeys, k1 <= kv_end) of a paged
+// request, which then, where the launch checks block ids (num_blocks != 0) and the tile is
+// visited, reads the block-table entries of its pages: a tile with one outside the cache is
+// listed kAbsentKeysClass, and the first such entry reported (DebugReport::BlockId: request,
+// logical block, id). Tiles the mask calls Empty are never read, and not looked at. (Loaded
+// before the mask classifies, to overlap the two, the entries spilled the wgmma consumers of
+// document 4-292 bytes.)
+template <int kKeys, int kPageSize, class Variant>
+__device__ __forceinline__ TileClass classify_tile(const Variant& variant,
+                                                   const PagedPrefillArgs& args,
+                                                   const i32* block_row, int b, int head_lo,
+                                                   int head_hi, int q_lo, int q_hi, int k0,
+                                                   int k1) {
+  const TileClass c =
+      classify_for_heads(variant, args.params, b, head_lo, head_hi, q_lo, q_hi, k0, k1);
+  if constexpr (kPageSize != 0) {
+    if (c != TileClass::Empty && args.num_blocks != 0) {
+      // Pages of a tile: kKeys / kPageSize where one divides the other, one more otherwise.
+      constexpr int kPages = (kKeys - 1) / kPageSize + 2;
+      const int first = k0 / kPageSize;
+      const int last = (k1 - 1) / kPageSize;
+      i32 ids[kPages];
+#pragma unroll
+      for (int j = 0; j < kPages; ++j)
+        ids[j] = first + j <= last ? block_row[first + j] : 0;
+      int bad = -1;
+#pragma unroll
+      for (int j = kPages - 1; j >= 0; --j)
+        bad = first + j <= last && !page_in_cache(ids[j], args.num_blocks) ? j : bad;
+      if (bad >= 0) {
+        report_debug(debug_word(args), DebugReport::BlockId, b, first + bad,
+                     block_row[first + bad]);
+        return static_cast<TileClass>(kAbsentKeysClass);
+      }
+    }
+  }
+  return c;
+}
+
 // Packed query rows [row0, row0 + rows) of one request against one kv head (GQA packing). Token
 // major (the default): row r is query token r / group with query head kv_head * group +
 // r % group, so a block of rows spans few tokens of every head. Head major (masks that read
@@ -257,6 +334,34 @@ struct DiagonalWindow {
   }
 };
 
+// The keys of a tile listed kAbsentKeysClass whose page is in the cache: the thread's key
+// key0 + m (m = 8 j + c, as in score_and_mask) is on bit (from_page + m) / kPageSize of `absent`
+// (absent_pages), from_page being key0's offset in the tile's first page; the two keys of a
+// pair share a page (pages hold a multiple of 16 keys, key0 is even).
+template <int kPageSize>
+struct PresentPages {
+  static constexpr bool kActive = true;
+  u32 absent;
+  int from_page;
+  static constexpr int kPage = kPageSize > 0 ? kPageSize : 1;  // 0: contiguous, never absent
+  __device__ __forceinline__ bool present(int m) const {
+    return ((absent >> ((from_page + m) / kPage)) & 1u) == 0u;
+  }
+};
+// The PresentPages of a thread whose keys start `offset` (< 8) keys into a tile of kKeys keys
+// from k0 (a multiple of kKeys). Where pages hold whole tiles or tiles whole pages, the offset
+// never moves a key to the next page (8 j + offset stays within 8 j's page): from_page is then
+// 0, and each key's bit a constant.
+template <int kKeys, int kPageSize>
+__device__ __forceinline__ PresentPages<kPageSize> present_pages(u32 absent, int k0, int offset) {
+  constexpr int kPage = PresentPages<kPageSize>::kPage;
+  if constexpr (kKeys % kPage == 0 || kPage % kKeys == 0) {
+    return {absent, 0};
+  } else {
+    return {absent, k0 % kPage + offset};
+  }
+}
+
 template <bool kFoldScale, int kTiles, int kKeyBatch, bool kStaged, class Variant, class Scores,
           class Window>
 __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
@@ -350,6 +455,49 @@ __device__ __forceinline__ void score_and_mask(const Variant& variant, const Mas
   } else {
     score_and_mask_impl<false, kTiles, kKeyBatch, kStaged>(
         variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
+  }
+}
+
+// For a tile listed kAbsentKeysClass, keys [k0, k0 + kKeys) (k0 a multiple of kKeys): bit p
+// set where page k0 / kPageSize + p of them lies outside the cache. Warp-wide (every lane of the
+// warp calls it, the tile's class being uniform): lane p reads entry p, and one ballot gathers
+// them, which keeps the registers it takes beside a live S to a few.
+template <int kKeys, int kPageSize>
+__device__ __forceinline__ u32 absent_pages(const PagedPrefillArgs& args, const i32* block_row,
+                                            int k0, int kv_end) {
+  static_assert(kPageSize == 0 || (kKeys - 1) / (kPageSize == 0 ? 1 : kPageSize) + 2 <= 32,
+                "a lane per page of the tile");
+  if constexpr (kPageSize == 0) {
+    return 0u;
+  } else {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int page = k0 / kPageSize + lane;
+    const bool bad = page <= (min(k0 + kKeys, kv_end) - 1) / kPageSize &&
+                     !page_in_cache(block_row[page], args.num_blocks);
+    return __ballot_sync(0xffffffffu, bad);
+  }
+}
+
+// After score_and_mask, for a tile listed kAbsentKeysClass: the thread's elements whose key is
+// not on a page of `keys` (present_pages) become -inf, as if the mask were false there, and the
+// rows' maxima are taken again (scaled as score_and_mask leaves them). A pass of its own rather
+// than a term of score_and_mask's: a second copy of that for these tiles spilled the wgmma
+// consumers of masks with key terms or a score hook (document, causal_alibi) at head dim 128.
+template <int kTiles, class Variant, class Scores, int kPageSize>
+__device__ __forceinline__ void mask_absent_keys(float scale, const PresentPages<kPageSize>& keys,
+                                                 Scores& s, float (&tile_max)[2]) {
+  tile_max[0] = tile_max[1] = negative_infinity();
+  for (int j = 0; j < kTiles; ++j) {
+    const bool present = keys.present(8 * j);
+    for (int e = 0; e < 4; ++e) {
+      float& x = s_element(s, j, e);
+      x = present ? x : negative_infinity();
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+    }
+  }
+  if (fold_scale<Variant>(scale)) {
+    tile_max[0] *= scale;
+    tile_max[1] *= scale;
   }
 }
 
@@ -523,11 +671,12 @@ struct KvTileCopy {
   }
 
   // Keys [k0, k0 + kRows) into the tile at shared address `tile`, with their pages from
-  // read_pages; keys at or past kv_end are zeroed and read nothing. kPageSize == 0: key j is row
-  // first_row + j. Keys are never negative: the slot is an unsigned remainder.
+  // read_pages; keys at or past kv_end, and those whose block id lies past `last_block`
+  // (last_block_of: outside the cache), are zeroed and read nothing. kPageSize == 0: key j is
+  // row first_row + j. Keys are never negative: the slot is an unsigned remainder.
   __device__ __forceinline__ void copy(u32 tile, i64 stride_block, i64 stride_slot,
                                        const i32 (&pages)[kPages], i64 first_row, int k0,
-                                       int kv_end) const {
+                                       int kv_end, u32 last_block) const {
     // Fully unrolled up to 8 passes; at head dim 256 (16) by four, which keeps the producer
     // within its 56 registers.
 #pragma unroll(kPasses > 8 ? 4 : kPasses)
@@ -535,13 +684,15 @@ struct KvTileCopy {
       const int row = row0 + pass * kRowsPerPass;
       const int key = k0 + row;
       i64 offset;
+      bool valid = key < kv_end;
       if constexpr (kPageSize == 0) {
         offset = (first_row + key) * stride_slot;
       } else {
-        offset = static_cast<i64>(static_cast<u32>(entry(pages, page_of(pass)))) * stride_block +
+        const i32 page = entry(pages, page_of(pass));
+        valid = valid && static_cast<u32>(page) <= last_block;
+        offset = static_cast<i64>(static_cast<u32>(page)) * stride_block +
                  static_cast<i64>(static_cast<u32>(key) % kPageSize) * stride_slot;
       }
-      const bool valid = key < kv_end;
       cp_async_16_shared(tile + Layout::bytes(row, chunk), valid ? base + offset : base, valid);
     }
   }
@@ -572,33 +723,79 @@ __device__ __forceinline__ void load_q_rows(unsigned short* q_tile, const PagedP
 }
 
 // Copies kPrefillBlockN rows of one kv head starting at key k0 into shared memory; rows at or
-// past `kv_end` are zeroed (never read), so block-table entries past the sequence are
-// untouched. kPageSize == 0 is the contiguous (encoder) layout: key j of the request is row
-// `first_row + j` at `stride_slot`, and there is no block table.
+// past `kv_end`, and those whose block id lies past `last_block` (last_block_of), are zeroed
+// (never read), so block-table entries past the sequence are untouched. kPageSize == 0 is the
+// contiguous (encoder) layout: key j of the request is row `first_row + j` at `stride_slot`, and
+// there is no block table.
 template <int kHeadDim, int kPageSize>
 __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigned short* cache,
                                              i64 stride_block, i64 stride_slot, i64 head_offset,
                                              const i32* block_row, i64 first_row, int k0,
-                                             int kv_end) {
+                                             int kv_end, u32 last_block) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   constexpr int kChunks = kPrefillBlockN * kChunksPerRow;
-  for (int c = threadIdx.x; c < kChunks; c += kPrefillThreads) {
+  const auto copy_chunk = [&](int c) {
     const int row = c / kChunksPerRow;
     const int chunk = c % kChunksPerRow;
     const int key = k0 + row;
-    const bool valid = key < kv_end;
+    bool valid = key < kv_end;
     const unsigned short* src = cache;
     if (valid) {
       if constexpr (kPageSize == 0) {
         src = cache + (first_row + key) * stride_slot + head_offset + chunk * 8;
       } else {
-        const i64 block = block_row[key / kPageSize];
-        src = cache + block * stride_block + (key % kPageSize) * stride_slot + head_offset +
-              chunk * 8;
+        const i32 block = block_row[key / kPageSize];
+        valid = static_cast<u32>(block) <= last_block;
+        src = valid ? cache + static_cast<i64>(block) * stride_block +
+                          (key % kPageSize) * stride_slot + head_offset + chunk * 8
+                    : cache;
       }
     }
     cp_async_16(tile + PaddedRows<kHeadDim>::offset(row, chunk), src, valid);
+  };
+  // From 8 passes (head dim 128 and up; fp8 256) unrolled by two, below not at all. Left to
+  // the compiler (by four), the sm_80 head-dim-256 kernels spilled 24-112 bytes, and causal
+  // with softcap at head dim 64 4 bytes.
+  constexpr int kPasses = kChunks / kPrefillThreads;
+#pragma unroll(kPasses >= 8 ? 2 : 1)
+  for (int c = threadIdx.x; c < kChunks; c += kPrefillThreads)
+    copy_chunk(c);
+}
+
+// A direct launch's grid has the rows of args.max_query_len query tokens per request: a
+// request with more (the host's copy was wrong) would leave rows unwritten. Its rows are zeroed
+// instead of computed (out 0, lse -inf, as rows with no visible key), and it is reported
+// (DebugReport::QueryLength: request, query rows, max_query_len). Every CTA of the request and
+// kv head (its row block `block`, read by packed_rows_of) zeroes row blocks blockIdx.x,
+// blockIdx.x + gridDim.x, ... of the kv head's rows, with all its threads (every role of the
+// wgmma kernel). Returns whether the request is too long; planned launches are never.
+template <int kBlockM, int kHeadDim, int kPageSize>
+__device__ __forceinline__ bool zero_long_request(const PagedPrefillArgs& args,
+                                                  const PackedRows& block, int request) {
+  const int query_len = block.packed_rows / block.group;
+  if (args.work_items != nullptr || query_len <= args.max_query_len) return false;
+  if (blockIdx.x == 0 && block.kv_head == 0 && threadIdx.x == 0) {
+    report_debug(debug_word(args), DebugReport::QueryLength, request, query_len,
+                 args.max_query_len);
   }
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  unsigned short* out =
+      static_cast<unsigned short*>(args.out) + out_batch_offset<kPageSize>(args, request);
+  for (int row0 = static_cast<int>(blockIdx.x) * kBlockM; row0 < block.packed_rows;
+       row0 += static_cast<int>(gridDim.x) * kBlockM) {
+    for (int c = threadIdx.x; c < kBlockM * kChunksPerRow; c += blockDim.x) {
+      const int packed = row0 + c / kChunksPerRow;
+      if (packed >= block.packed_rows) break;
+      const i64 token = block.token(packed);
+      const i64 head = block.head(packed);
+      *reinterpret_cast<uint4*>(out + token * args.out_stride_token + head * args.out_stride_head +
+                                (c % kChunksPerRow) * 8) = make_uint4(0u, 0u, 0u, 0u);
+      if (args.lse != nullptr && c % kChunksPerRow == 0) {
+        args.lse[token * args.lse_stride_token + head] = negative_infinity();
+      }
+    }
+  }
+  return true;
 }
 
 // Packed query rows [row0, row0 + kPrefillBlockM) of `request` against kv head `kv_head`.
@@ -628,6 +825,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
   const PackedRows block = packed_rows_of(args, request, kv_head, row0, kPrefillBlockM,
                                           kPageSize == 0, Variant::kUsesHead);
   if (row0 >= block.packed_rows) return;
+  if (zero_long_request<kPrefillBlockM, kHeadDim, kPageSize>(args, block, request)) return;
   const int key_begin = block.key_begin;
   const int packed_rows = block.packed_rows;
   const int seq_len = block.seq_len;
@@ -712,9 +910,9 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
       const int own = tile + static_cast<int>(threadIdx.x);
       if (own < end_tile) {
         const int own_k0 = own * kPrefillBlockN;
-        tile_classes[threadIdx.x] =
-            classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi, own_k0,
-                               min(own_k0 + kPrefillBlockN, kv_end));
+        tile_classes[threadIdx.x] = classify_tile<kPrefillBlockN, kPageSize>(
+            variant, args, block_row, request, head_lo, head_hi, q_lo, q_hi, own_k0,
+            min(own_k0 + kPrefillBlockN, kv_end));
       }
       __syncthreads();
     }
@@ -724,10 +922,14 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     __syncthreads();  // every warp is done reading the previous K/V tile
     load_kv_tile<kHeadDim / kUnit, kPageSize>(k_copy_tile, k_cache, args.k_stride_block / kUnit,
                                               args.k_stride_slot / kUnit, k_head_offset, block_row,
-                                              key_begin, k0, kv_end);
+                                              key_begin, k0, kv_end, last_block_of(args));
     load_kv_tile<kHeadDim / kUnit, kPageSize>(v_copy_tile, v_cache, args.v_stride_block / kUnit,
                                               args.v_stride_slot / kUnit, v_head_offset, block_row,
-                                              key_begin, k0, kv_end);
+                                              key_begin, k0, kv_end, last_block_of(args));
+    // Read before S is live: at head dim 256 the kernel has no register to spare beside it.
+    const u32 absent = has_absent_keys(tile_class)
+                           ? absent_pages<kPrefillBlockN, kPageSize>(args, block_row, k0, kv_end)
+                           : 0u;
     cp_async_wait_all();
     if constexpr (kKvFp8) {
       // The chunks this thread copied (load_kv_tile's order), now landed, into 16-bit rows.
@@ -748,7 +950,7 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
                                   smem_address(v_tile) + high);
       }
     }
-    const bool check_elements = tile_class == TileClass::Partial || k0 + kPrefillBlockN > kv_end;
+    const bool check_elements = checks_elements(tile_class) || k0 + kPrefillBlockN > kv_end;
     if constexpr (kStageKeys) {
       // Key k's terms by thread k, for every warp that meets the key (the score's on every
       // tile, the mask's where elements are checked); keys past the sequence take the last
@@ -799,6 +1001,10 @@ __device__ void prefill_block(const PagedPrefillArgs& args, const int request, c
     } else {
       score_and_mask<kNTilesS, 1, kStageKeys>(variant, args.params, scale, rows, k0 + quad_col * 2,
                                               kv_end, check_elements, s, tile_max, staged);
+    }
+    if (kPageSize != 0 && has_absent_keys(tile_class)) {
+      mask_absent_keys<kNTilesS, Variant>(
+          scale, present_pages<kPrefillBlockN, kPageSize>(absent, k0, quad_col * 2), s, tile_max);
     }
     float rescale[2];
     float max_scaled[2];

@@ -236,8 +236,9 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
       TileClass own_class = TileClass::Empty;
       if (!kProducer && own < end_tile) {
         const int own_k0 = own * kBlockN;
-        own_class = classify_for_heads(variant, args.params, request, head_lo, head_hi, q_lo, q_hi,
-                                       own_k0, min(own_k0 + kBlockN, kv_end));
+        own_class =
+            classify_tile<kBlockN, kPageSize>(variant, args, block_row, request, head_lo, head_hi,
+                                              q_lo, q_hi, own_k0, min(own_k0 + kBlockN, kv_end));
       }
       if (kQDuringListing && next == first_tile) {
         cp_async_wait_all();
@@ -271,8 +272,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           const int kv = min(k0 + own_key, kv_end - 1);
           own_terms.score = variant.score_key_terms(
               args.params, request, kv, variant.score_request_terms(args.params, request));
-          if (static_cast<TileClass>(tile_list[i] % 4) == TileClass::Partial ||
-              k0 + kBlockN > kv_end) {
+          if (checks_elements(static_cast<TileClass>(tile_list[i] % 4)) || k0 + kBlockN > kv_end) {
             own_terms.mask = variant.mask_key_terms(
                 args.params, request, kv, variant.mask_request_terms(args.params, request));
           }
@@ -311,10 +311,10 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         if (p % 2 == 0) {
           k_copy.read_pages(pages, block_row, k0, kv_end);
           k_copy.copy(slot, args.k_stride_block / 2, args.k_stride_slot / 2, pages, key_begin, k0,
-                      kv_end);
+                      kv_end, last_block_of(args));
         } else {
           v_copy.copy(slot, args.v_stride_block / 2, args.v_stride_slot / 2, pages, key_begin, k0,
-                      kv_end);
+                      kv_end, last_block_of(args));
         }
       };
       const auto convert = [&](int p) {
@@ -365,7 +365,9 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
                             static_cast<i64>(kv_head) * args.v_stride_head +
                                 kv_batch_offset<kPageSize>(args.v_stride_block, request));
       // Each tile's copies form one cp.async group; the producer reports a tile full once the
-      // next tile's copies are out, so two tiles' copies are in flight at a time.
+      // next tile's copies are out, so two tiles' copies are in flight at a time. Keys on
+      // pages outside the cache are zeroed, not read (last_block_of).
+      const u32 last_block = last_block_of(args);
       for (int i = 0; i < listed; ++i) {
         const u32 t = pipe.tiles + i;
         const int stage = static_cast<int>(t % kStages);
@@ -381,8 +383,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           const u32 reuse_phase = (t / kStages - 1) % 2;  // of the stage's previous tile
           const u32 k_tile = stages_address + stage * 2 * kTileBytes;
           if (t >= kStages) mbarrier_wait(pipe.empty(stage), reuse_phase);
-          k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0,
-                      kv_end);
+          k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0, kv_end,
+                      last_block);
           cp_async_mbarrier_arrive(pipe.full(stage));
           if constexpr (kStageKeyTerms) {
             // The key terms travel with K: stored once its stage is free, published by an
@@ -392,7 +394,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           }
           if (t >= kStages) mbarrier_wait(pipe.v_empty(stage), reuse_phase);
           v_copy.copy(k_tile + kTileBytes, args.v_stride_block, args.v_stride_slot, pages,
-                      key_begin, k0, kv_end);
+                      key_begin, k0, kv_end, last_block);
           cp_async_mbarrier_arrive(pipe.v_full(stage));
           continue;
         }
@@ -411,9 +413,10 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           if (own_key < kBlockN) key_terms[stage * kBlockN + own_key] = own_terms;
         }
         const u32 k_tile = stages_address + stage * 2 * kTileBytes;
-        k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0, kv_end);
+        k_copy.copy(k_tile, args.k_stride_block, args.k_stride_slot, pages, key_begin, k0, kv_end,
+                    last_block);
         v_copy.copy(k_tile + kTileBytes, args.v_stride_block, args.v_stride_slot, pages, key_begin,
-                    k0, kv_end);
+                    k0, kv_end, last_block);
         cp_async_commit();
         if (i > 0 && !report_first) {
           cp_async_wait<1>();
@@ -540,7 +543,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           }
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
               variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged, window);
-        } else if (tile_class == TileClass::Partial || k0 + kBlockN > kv_end) {
+        } else if (checks_elements(tile_class) || k0 + kBlockN > kv_end) {
+          // Partial tiles, those past the sequence, and those with absent keys.
           if constexpr (Variant::kRolledMask) {
             // The element part is a loop: one loop over the elements into bits.
             const auto bits = element_bits<kBlockN / 8, kStageKeyTerms>(variant, args.params, rows,
@@ -550,6 +554,21 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
           } else {
             score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
                 variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged);
+          }
+          if (kPageSize != 0 && has_absent_keys(tile_class)) {
+            // PV_{i-1} first, so that its P's registers are free for the pass (which took 8-96
+            // bytes of spills from head-dim-256 consumers beside them).
+            wgmma_wait<0>();
+            for (int c = 0; c < kOChunks; ++c)
+              fence_registers(o[c]);
+            for (int kk = 0; kk < kBlockN / 16; ++kk)
+              fence_registers(p_prev[kk]);
+            mask_absent_keys<kBlockN / 8, Variant>(
+                scale,
+                present_pages<kBlockN, kPageSize>(
+                    absent_pages<kBlockN, kPageSize>(args, block_row, k0, kv_end), k0,
+                    quad_col * 2),
+                s, tile_max);
           }
         } else {
           score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
@@ -697,6 +716,16 @@ __device__ void paged_prefill_sm90(const PagedPrefillArgs& args) {
   constexpr int kStages = wgmma_stages(kHeadDim, kBlockN);
   // Here, not in the block function: that is instantiated once per role.
   __shared__ KeyTerms<Variant> key_terms[wgmma_key_term_slots<Variant, kHeadDim, kKvFp8>()];
+  // Here too, before the roles part: a return inside the block function serialized the wgmma of
+  // some kernels (a generated mask at head dim 256).
+  if (args.work_items == nullptr) {
+    const int request = static_cast<int>(blockIdx.y);
+    const PackedRows block =
+        packed_rows_of(args, request, static_cast<int>(blockIdx.z),
+                       static_cast<int>(gridDim.x - 1 - blockIdx.x) * kWgmmaBlockM, kWgmmaBlockM,
+                       kPageSize == 0, Variant::kUsesHead);
+    if (zero_long_request<kWgmmaBlockM, kHeadDim, kPageSize>(args, block, request)) return;
+  }
   KvPipeline pipe;
   constexpr bool kSplitRings = split_kv_rings(kStages, kKvFp8);
   if (threadIdx.x == 0) {

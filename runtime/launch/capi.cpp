@@ -424,6 +424,8 @@ std::optional<Failure> prepare_paged_args(const fj_kernel& kernel, const fj_page
   device.v_scale = a.v_scale;
   device.kv_scale_stride = a.kv_scale_stride;
   if (shard) device.shard = *shard;
+  // Block ids are int32: a cache of more than 2^31 blocks holds every non-negative one.
+  device.num_blocks = static_cast<uint32_t>(std::min<int64_t>(a.num_blocks, int64_t{1} << 31));
   return std::nullopt;
 }
 
@@ -696,7 +698,8 @@ std::optional<Failure> enqueue_summaries(fj_kernel& kernel, const SummaryLayout&
 // The host's copy of the longest query (`name`: max_query_len, max_seq_len) sizes the grid, so
 // 0 with rows to compute would launch nothing and leave them unwritten: rejected on every
 // device. (A non-zero value that is too small is caught by the CPU backend, which reads the
-// lengths; on the GPU they are device memory.)
+// lengths; on the GPU they are device memory, and the kernel zeroes and reports a longer
+// request: zero_long_request, paged_prefill.cuh.)
 std::optional<Failure> check_longest_query(const char* name, int32_t max_query_len,
                                            int32_t num_sequences, int32_t num_tokens) {
   if (max_query_len == 0 && num_sequences > 0 && num_tokens > 0) {
@@ -733,6 +736,7 @@ std::optional<Failure> launch_attention(fj_kernel& kernel, fj::PagedPrefillArgs&
     return f;
   }
   if (q_tiles == 0 || num_sequences == 0) return std::nullopt;
+  device.max_query_len = max_query_len;
   if (kernel.entry->cpu) {
     if (auto f = cpu::launch_attention(*kernel.entry->cpu, layout, device, workspace, num_tokens,
                                        num_key_tokens, max_query_len, num_blocks, shard)) {

@@ -443,6 +443,30 @@ TEST_CASE("CPU: check_bounds reports the first out-of-range array read", "[cpu]"
   CHECK(report.bad_index[3] >= 100);
 }
 
+// The debug word's rule (fj_ops.cuh, flexjit.h's bad_index) as the host compiles it: the first
+// report, of whichever kind, is kept whole; later ones change nothing.
+TEST_CASE("the first report in the debug word wins, whatever its kind", "[cpu]") {
+  int32_t word[4] = {0, 0, 0, 0};
+  fj::ArrayParam array;
+  array.slot = 5;
+  array.bad_index = word;
+  fj::report_debug(word, fj::DebugReport::BlockId, 3, 7, -1);
+  fj::report_bad_index(array, 10, 20);
+  fj::report_debug(word, fj::DebugReport::QueryLength, 1, 300, 100);
+  CHECK(word[0] == 2);
+  CHECK(word[1] == 3);
+  CHECK(word[2] == 7);
+  CHECK(word[3] == -1);
+  std::fill(std::begin(word), std::end(word), 0);
+  fj::report_bad_index(array, 10, 20);
+  fj::report_debug(word, fj::DebugReport::BlockId, 3, 7, -1);
+  CHECK(word[0] == 1);
+  CHECK(word[1] == 5);
+  CHECK(word[2] == 10);
+  CHECK(word[3] == 20);
+  fj::report_debug(nullptr, fj::DebugReport::QueryLength, 1, 2, 3);  // no buffer: nothing
+}
+
 // Keys at or past max_blocks_per_req * page_size are absent: the block-table entries past that
 // hold huge garbage and the reference stops there too.
 TEST_CASE("CPU: sequences longer than the block table see only its keys", "[cpu]") {

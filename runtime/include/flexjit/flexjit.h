@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define FJ_VERSION_MAJOR 0
-#define FJ_VERSION_MINOR 10
+#define FJ_VERSION_MINOR 11
 #define FJ_VERSION_PATCH 0
 /* Version as one integer: major * 10000 + minor * 100 + patch. */
 #define FJ_VERSION (FJ_VERSION_MAJOR * 10000 + FJ_VERSION_MINOR * 100 + FJ_VERSION_PATCH)
@@ -223,7 +223,10 @@ typedef struct fj_paged_attention_args {
   int32_t num_reqs;
   int32_t num_heads;
   int32_t num_kv_heads;       /* divides num_heads */
-  int32_t max_query_len;      /* host copy: the largest qsl[r+1] - qsl[r] */
+  int32_t max_query_len;      /* host copy: the largest qsl[r+1] - qsl[r]; sizes the grid (0
+                                 with query rows is rejected). A CUDA kernel that finds a
+                                 request with more rows writes its out rows 0 and lse -inf
+                                 and reports it (bad_index, code 3); unused by fj_plan_run */
   int32_t max_blocks_per_req; /* entries per block-table row that may be read */
 
   int64_t q_stride_token, q_stride_head;
@@ -243,8 +246,17 @@ typedef struct fj_paged_attention_args {
   const fj_array* arrays; /* host array of num_arrays descriptors, by array slot; arrays the
                              variant does not read may be {NULL, 0, 0, 0} */
   /* Debug, normally null: device memory of 4 int32 the caller zeroes before the launch. The
-   * first array read outside its array (which yields 0) sets [0] to 1 and [1..3] to the array
-   * slot, row and column (a 1-D array's column is 0). Costs nothing on in-range reads. */
+   * first bad input the launch finds sets [0] to its code and [1..3] as below; later ones, of
+   * either kind, leave it as it is (which of several is first depends on timing). Costs nothing
+   * where every read is in range.
+   *   1: an array read outside its array (which yields 0): array slot, row, column (a 1-D
+   *      array's column is 0).
+   *   2: (CUDA kernels, since 0.11) a block-table entry outside [0, num_blocks): request,
+   *      logical block, the entry. Only entries of key tiles the mask leaves visible are
+   *      looked at.
+   *   3: (CUDA kernels, direct launches, since 0.11) a request with more query rows than
+   *      max_query_len (max_seq_len): request, its query rows, max_query_len.
+   * Codes 2 and 3 are what the CPU backend rejects with FJ_ERROR_INVALID_ARGUMENT instead. */
   int32_t* bad_index;
 
   /* Since 0.3 (a shorter struct_size reads them as null and 0). Device memory for what the
@@ -266,9 +278,14 @@ typedef struct fj_paged_attention_args {
 
   /* Since 0.5 (a shorter struct_size reads it as 0 = unchecked). Blocks in the K/V cache: the
    * block-table entries a call reads must lie in [0, num_blocks). The CPU backend rejects an
-   * entry outside with FJ_ERROR_INVALID_ARGUMENT and a message naming it; CUDA kernels take
-   * the field but do not check it yet (that check lands with the prefill kernels' rewrite). 0:
-   * unchecked (on the CPU backend, entries must then be non-negative). */
+   * entry outside with FJ_ERROR_INVALID_ARGUMENT and a message naming it. CUDA kernels (since
+   * 0.11, fj_plan_run too) never read the page of such an entry: its keys are absent, masked as
+   * if the mask were false for them (a row left with no visible key gets out 0, lse -inf), and
+   * the first one is reported through bad_index (code 2); the call still succeeds. The check
+   * costs the read of each visited tile's entries when the kernel lists its tiles and one
+   * comparison per copied 16-byte chunk, 0-2% of the kernel's time (docs/architecture.md). 0:
+   * unchecked (entries are read as they are; on the CPU backend they must then be
+   * non-negative). */
   int64_t num_blocks;
 
   /* Since 0.7 (a shorter struct_size reads it as null: no sinks). Attention sinks, as gpt-oss
@@ -666,14 +683,15 @@ FJ_API fj_status fj_plan_update(fj_plan* plan, const int32_t* query_start_loc,
                                 int32_t max_blocks_per_req, void* stream);
 
 /* Enqueues the planned attention on `stream`: the batch the last update described, over the
- * device buffers of `args` (as in fj_paged_attention, whose checks apply; max_query_len is not
- * used). args' heads must be the plan's, and num_reqs and num_tokens at least the last
- * update's. No host-device synchronisation; CUDA-graph capturable (see above). Runs of one plan
- * share its device memory (work lists, split results, scheduling counters): order them, e.g. on
- * one stream; plans of their own run concurrently. A sharded run (kv_shard_*, since 0.10)
- * compiles the sharded forms of the plan's kernels on its first run. Errors: as
- * fj_paged_attention; FJ_ERROR_INVALID_ARGUMENT for a run holding every key over a batch with a
- * seq_len shorter than its query. */
+ * device buffers of `args` (as in fj_paged_attention, whose checks apply, num_blocks and
+ * bad_index included; max_query_len is not used: the work lists come from the update's host
+ * lengths, which must be those of the device buffers). args' heads must be the plan's, and
+ * num_reqs and num_tokens at least the last update's. No host-device synchronisation;
+ * CUDA-graph capturable (see above). Runs of one plan share its device memory (work lists,
+ * split results, scheduling counters): order them, e.g. on one stream; plans of their own run
+ * concurrently. A sharded run (kv_shard_*, since 0.10) compiles the sharded forms of the plan's
+ * kernels on its first run. Errors: as fj_paged_attention; FJ_ERROR_INVALID_ARGUMENT for a run
+ * holding every key over a batch with a seq_len shorter than its query. */
 FJ_API fj_status fj_plan_run(fj_plan* plan, const fj_paged_attention_args* args, void* stream);
 
 #ifdef __cplusplus
