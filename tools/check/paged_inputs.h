@@ -78,8 +78,9 @@ struct PagedCheckReport {
   int64_t bad_outputs = 0;       // NaN/Inf (also: poisoned values never written)
   int64_t empty_rows_wrong = 0;  // rows with no visible key whose out is not 0 or lse not -inf
   double kernel_ms = 0;          // mean time per launch, when timed
-  // With check_bounds: {reported, array slot, row, col} of the first out-of-range array read
-  // of the checked launch (all 0 when every read was in range).
+  // With check_bounds: the checked launch's debug word (flexjit.h, bad_index): {1, array slot,
+  // row, col} for the first out-of-range array read, code 2 or 3 for a bad block id or query
+  // length, all 0 when nothing was reported.
   int32_t bad_index[4] = {0, 0, 0, 0};
   // With compare_cpu: ||out - cpu|| / ||cpu|| (Frobenius, finite pairs), the largest LSE
   // difference, and the outputs or LSEs finite on one device only. -1: not compared.

@@ -946,12 +946,27 @@ int command_run(const std::string& path, RunOptions& options) {
   fmt::print("bad outputs     {} NaN/Inf or unwritten, {} empty rows not 0/-inf (or sink)\n",
              report->bad_outputs, report->empty_rows_wrong);
   if (options.check_bounds) {
-    if (report->bad_index[0] != 0) {
-      const int slot = report->bad_index[1];
+    // The debug word's codes (flexjit.h, bad_index): the first report of any kind.
+    const int32_t* word = report->bad_index;
+    if (word[0] == 1) {
+      const int slot = word[1];
       const std::string name =
           slot >= 0 && slot < static_cast<int>(mask->arrays.size()) ? mask->arrays[slot].name : "?";
-      fmt::print("array bounds    first out-of-range read: {}[{}, {}] (reads 0)\n", name,
-                 report->bad_index[2], report->bad_index[3]);
+      fmt::print("array bounds    first out-of-range read: {}[{}, {}] (reads 0)\n", name, word[2],
+                 word[3]);
+    } else if (word[0] == 2) {
+      fmt::print(
+          "block table     request {}'s logical block {} is {}, outside the cache (its keys "
+          "absent)\n",
+          word[1], word[2], word[3]);
+    } else if (word[0] == 3) {
+      fmt::print(
+          "query lengths   request {} has {} query rows, more than max_query_len {} (its "
+          "rows zeroed)\n",
+          word[1], word[2], word[3]);
+    } else if (word[0] != 0) {
+      fmt::print("debug word      unknown report {}: {}, {}, {}\n", word[0], word[1], word[2],
+                 word[3]);
     } else {
       fmt::print("array bounds    every array read was in range\n");
     }
