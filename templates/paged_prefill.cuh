@@ -89,8 +89,8 @@ __device__ __forceinline__ u32 last_block_of(const PagedPrefillArgs& args) {
 // block id outside [0, num_blocks)): after Empty, Full and Partial (TileClass, shared with the
 // host), the value that tile lists' `tile * 4 + class` has free. Its absent keys are masked as
 // if the mask were false there (mask_absent_keys), so it checks every element whatever the
-// mask's class; its copies zero-fill those keys' rows instead of reading them. Tiles whose pages
-// are all in the cache take the paths they always took.
+// mask's class; the copies zero-fill those keys' rows instead of reading them (last_block_of).
+// Tiles whose pages are all in the cache are listed and masked as they always were.
 enum : int { kAbsentKeysClass = 3 };
 __device__ __forceinline__ bool has_absent_keys(TileClass c) {
   return static_cast<int>(c) == kAbsentKeysClass;
