@@ -68,21 +68,21 @@ __device__ __forceinline__ i32* debug_word(const PagedPrefillArgs& args) {
   return args.params.array[0].bad_index;
 }
 
-// Whether block id `id` lies in a cache of num_blocks blocks (num_blocks != 0): one unsigned
-// comparison, which also rejects negative ids.
-__device__ __forceinline__ bool page_in_cache(i32 id, u32 num_blocks) {
-  return static_cast<u32>(id) < num_blocks;
-}
-
-// The largest block id the copies read (KvTileCopy::copy, load_kv_tile): num_blocks - 1, or
-// 2^32 - 1, which no id exceeds, where the launch checks nothing (num_blocks 0). Each copied
-// 16-byte chunk compares its block id with it, one instruction, on every tile rather than only
-// those listed kAbsentKeysClass: each way of testing only those (a second copy in a branch, a
-// replacement of their entries by block 0 with V's rows zeroed after, a flag in the test) cost
-// the wgmma kernels 2-8% and the fp8 decode 4%, where the one comparison costs 0-2%
+// The largest block id in the cache: num_blocks - 1, or 2^32 - 1, which no id exceeds, where
+// the launch checks nothing (num_blocks 0). Each chunk the copies (KvTileCopy::copy,
+// load_kv_tile) read compares its block id with it (page_in_cache), one instruction, on every
+// tile rather than only those listed kAbsentKeysClass: each way of testing only those (a second
+// copy in a branch, a replacement of their entries by block 0 with V's rows zeroed after, a flag in
+// the test) cost the wgmma kernels 2-8% and the fp8 decode 4%, where the one comparison costs 0-2%
 // (bench/history/2026-11-29-bad-blocks.md).
 __device__ __forceinline__ u32 last_block_of(const PagedPrefillArgs& args) {
   return args.num_blocks - 1u;
+}
+
+// Whether block id `id` lies in the cache whose last block is `last_block` (last_block_of): one
+// unsigned comparison, which also rejects negative ids.
+__device__ __forceinline__ bool page_in_cache(i32 id, u32 last_block) {
+  return static_cast<u32>(id) <= last_block;
 }
 
 // The class a visited tile is listed with when a page of its keys lies outside the cache (a
@@ -128,7 +128,7 @@ __device__ __forceinline__ TileClass classify_tile(const Variant& variant,
       int bad = -1;
 #pragma unroll
       for (int j = kPages - 1; j >= 0; --j)
-        bad = first + j <= last && !page_in_cache(ids[j], args.num_blocks) ? j : bad;
+        bad = first + j <= last && !page_in_cache(ids[j], last_block_of(args)) ? j : bad;
       if (bad >= 0) {
         report_debug(debug_word(args), DebugReport::BlockId, b, first + bad,
                      block_row[first + bad]);
@@ -473,7 +473,7 @@ __device__ __forceinline__ u32 absent_pages(const PagedPrefillArgs& args, const 
     const int lane = static_cast<int>(threadIdx.x % 32);
     const int page = k0 / kPageSize + lane;
     const bool bad = page <= (min(k0 + kKeys, kv_end) - 1) / kPageSize &&
-                     !page_in_cache(block_row[page], args.num_blocks);
+                     !page_in_cache(block_row[page], last_block_of(args));
     return __ballot_sync(0xffffffffu, bad);
   }
 }
@@ -689,7 +689,7 @@ struct KvTileCopy {
         offset = (first_row + key) * stride_slot;
       } else {
         const i32 page = entry(pages, page_of(pass));
-        valid = valid && static_cast<u32>(page) <= last_block;
+        valid = valid && page_in_cache(page, last_block);
         offset = static_cast<i64>(static_cast<u32>(page)) * stride_block +
                  static_cast<i64>(static_cast<u32>(key) % kPageSize) * stride_slot;
       }
@@ -734,7 +734,12 @@ __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigne
                                              int kv_end, u32 last_block) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   constexpr int kChunks = kPrefillBlockN * kChunksPerRow;
-  const auto copy_chunk = [&](int c) {
+  // From 8 passes (head dim 128 and up; fp8 256) unrolled by two, below not at all. Left to
+  // the compiler (by four), the sm_80 head-dim-256 kernels spilled 24-112 bytes, and causal
+  // with softcap at head dim 64 4 bytes.
+  constexpr int kPasses = kChunks / kPrefillThreads;
+#pragma unroll(kPasses >= 8 ? 2 : 1)
+  for (int c = threadIdx.x; c < kChunks; c += kPrefillThreads) {
     const int row = c / kChunksPerRow;
     const int chunk = c % kChunksPerRow;
     const int key = k0 + row;
@@ -745,21 +750,14 @@ __device__ __forceinline__ void load_kv_tile(unsigned short* tile, const unsigne
         src = cache + (first_row + key) * stride_slot + head_offset + chunk * 8;
       } else {
         const i32 block = block_row[key / kPageSize];
-        valid = static_cast<u32>(block) <= last_block;
+        valid = page_in_cache(block, last_block);
         src = valid ? cache + static_cast<i64>(block) * stride_block +
                           (key % kPageSize) * stride_slot + head_offset + chunk * 8
                     : cache;
       }
     }
     cp_async_16(tile + PaddedRows<kHeadDim>::offset(row, chunk), src, valid);
-  };
-  // From 8 passes (head dim 128 and up; fp8 256) unrolled by two, below not at all. Left to
-  // the compiler (by four), the sm_80 head-dim-256 kernels spilled 24-112 bytes, and causal
-  // with softcap at head dim 64 4 bytes.
-  constexpr int kPasses = kChunks / kPrefillThreads;
-#pragma unroll(kPasses >= 8 ? 2 : 1)
-  for (int c = threadIdx.x; c < kChunks; c += kPrefillThreads)
-    copy_chunk(c);
+  }
 }
 
 // A direct launch's grid has the rows of args.max_query_len query tokens per request: a

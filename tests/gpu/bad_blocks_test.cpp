@@ -184,6 +184,12 @@ flexjit::ReferenceOutput reference_without(const PagedCheckConfig& config,
   return flexjit::reference_paged_attention(*variant, kept);
 }
 
+// The launch's debug word, for a failing check's message.
+std::string describe(const Outputs& got) {
+  return fmt::format("bad_index {{{}, {}, {}, {}}}", got.bad_index[0], got.bad_index[1],
+                     got.bad_index[2], got.bad_index[3]);
+}
+
 PagedCheckConfig base_config(const std::string& mask, int head_dim, int page_size) {
   PagedCheckConfig config;
   config.mask = mask;
@@ -229,8 +235,7 @@ void check_bad_entries(const PagedCheckConfig& config, const LaunchOptions& opti
   const int32_t num_blocks = cache_blocks(*inputs);
   const Outputs got = run_gpu(config, *inputs, options, num_blocks);
   compare(config, inputs->batch, reference_without(config, inputs->batch, options.bad), got);
-  INFO(fmt::format("bad_index {{{}, {}, {}, {}}}", got.bad_index[0], got.bad_index[1],
-                   got.bad_index[2], got.bad_index[3]));
+  INFO(describe(got));
   if (reported.empty()) {
     CHECK(got.bad_index[0] == 0);
     return;
@@ -379,8 +384,7 @@ TEST_CASE("a request longer than max_query_len is zeroed and reported", "[gpu][b
     }
   }
   compare(config, batch, expected, got);
-  INFO(fmt::format("bad_index {{{}, {}, {}, {}}}", got.bad_index[0], got.bad_index[1],
-                   got.bad_index[2], got.bad_index[3]));
+  INFO(describe(got));
   CHECK(got.bad_index[0] == 3);
   CHECK((got.bad_index[1] == 0 || got.bad_index[1] == 3));
   CHECK(got.bad_index[2] == config.query_lens[got.bad_index[1] == 3 ? 3 : 0]);
@@ -398,8 +402,7 @@ TEST_CASE("the first report of either kind wins", "[gpu][bad-blocks]") {
   options.max_query_len = 100;  // request 0 is zeroed
   options.bad = {{1, 0, -1}};   // request 1 reads an absent block
   const Outputs got = run_gpu(config, *inputs, options, cache_blocks(*inputs));
-  INFO(fmt::format("bad_index {{{}, {}, {}, {}}}", got.bad_index[0], got.bad_index[1],
-                   got.bad_index[2], got.bad_index[3]));
+  INFO(describe(got));
   const bool query = got.bad_index[0] == 3 && got.bad_index[1] == 0 && got.bad_index[2] == 300 &&
                      got.bad_index[3] == 100;
   const bool block = got.bad_index[0] == 2 && got.bad_index[1] == 1 && got.bad_index[2] == 0 &&
