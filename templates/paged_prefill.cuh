@@ -362,8 +362,8 @@ __device__ __forceinline__ PresentPages<kPageSize> present_pages(u32 absent, int
   }
 }
 
-template <bool kFoldScale, int kTiles, int kKeyBatch, bool kStaged, class Variant, class Scores,
-          class Window>
+template <bool kFoldScale, bool kUniformScore, int kTiles, int kKeyBatch, bool kStaged,
+          class Variant, class Scores, class Window>
 __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
                                                     const MaskParams& params, float scale,
                                                     const ThreadRows<Variant>& rows, int key0,
@@ -380,18 +380,32 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
   // loads.
   constexpr int kBatch = kKeyBatch < kTiles ? kKeyBatch : kTiles;
   static_assert(kTiles % kBatch == 0, "whole batches of n8 tiles");
-  for (int j0 = 0; j0 < kTiles; j0 += kBatch) {
+  // kUniformScore: the score is s plus a term that score_kv_uniform found to have one value
+  // over the thread's keys, so the term is computed once per row, at key0 (the score with s = 0),
+  // and each element adds it.
+  float uniform_term[2] = {0.0f, 0.0f};
+  if constexpr (kUniformScore) {
+    const typename Variant::ScoreKeyTerms key =
+        kStaged ? staged[0].score
+                : variant.score_key_terms(params, rows.b, min(key0, kv_end - 1), score_request);
+    for (int r = 0; r < 2; ++r) {
+      uniform_term[r] = variant.score(params, 0.0f, rows.b, rows.head[r], rows.q[r], key0,
+                                      score_request, rows.score_query[r], key);
+    }
+  }
+  const auto batch = [&](int j0) {
     typename Variant::MaskKeyTerms mask_key[kBatch][2] = {};
     typename Variant::ScoreKeyTerms score_key[kBatch][2] = {};
     for (int b = 0; b < kBatch; ++b) {
       for (int c = 0; c < 2; ++c) {
         if constexpr (kStaged) {
           const KeyTerms<Variant>& terms = staged[(j0 + b) * 8 + c];
-          score_key[b][c] = terms.score;
+          if constexpr (!kUniformScore) score_key[b][c] = terms.score;
           if (check_elements && !Window::kActive) mask_key[b][c] = terms.mask;
         } else {
           const int kv = min(key0 + (j0 + b) * 8 + c, kv_end - 1);
-          score_key[b][c] = variant.score_key_terms(params, rows.b, kv, score_request);
+          if constexpr (!kUniformScore)
+            score_key[b][c] = variant.score_key_terms(params, rows.b, kv, score_request);
           if (check_elements && !Window::kActive)
             mask_key[b][c] = variant.mask_key_terms(params, rows.b, kv, mask_request);
         }
@@ -402,8 +416,12 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2;
         const int kv = key0 + j * 8 + e % 2;
-        float x = kFoldScale ? s_element(s, j, e) : s_element(s, j, e) * scale;
-        if constexpr (Variant::kHasScore) {
+        // kUniformScore: the scaled product and the term in one fma (the score hook rounds the
+        // product first; well inside the kernels' tolerance).
+        float x = kFoldScale      ? s_element(s, j, e)
+                  : kUniformScore ? fmaf(s_element(s, j, e), scale, uniform_term[r])
+                                  : s_element(s, j, e) * scale;
+        if constexpr (Variant::kHasScore && !kUniformScore) {
           x = variant.score(params, x, rows.b, rows.head[r], rows.q[r], kv, score_request,
                             rows.score_query[r], score_key[b][e % 2]);
         }
@@ -425,6 +443,17 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
         tile_max[r] = fmaxf(tile_max[r], x);
       }
     }
+  };
+  if constexpr (Variant::kScoreKvUniform) {
+    // Unrolled whatever the element's size: nvcc kept a loop over j for a T5 bias's loads (the
+    // path of the tiles where its term is not uniform), which indexed S and so put it in local
+    // memory for the whole kernel.
+#pragma unroll
+    for (int j0 = 0; j0 < kTiles; j0 += kBatch)
+      batch(j0);
+  } else {
+    for (int j0 = 0; j0 < kTiles; j0 += kBatch)
+      batch(j0);
   }
   if constexpr (kFoldScale) {
     tile_max[0] *= scale;
@@ -441,6 +470,8 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
 // read instead from `staged`, whose element 8 j + c holds key key0 + 8 j + c's (shared memory
 // that a producer filled; past the sequence, the last key's terms). With a DiagonalWindow (a
 // Partial tile inside the sequence of a kDiagonal mask) the mask's values are its bits.
+// A variant with score_kv_uniform (Variant::kScoreKvUniform) asks it for the thread's rows and
+// keys; where it holds, the score's parts are computed once per row (kUniformScore).
 template <int kTiles, int kKeyBatch = 1, bool kStaged = false, class Variant, class Scores,
           class Window = NoDiagonalWindow>
 __device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
@@ -449,11 +480,22 @@ __device__ __forceinline__ void score_and_mask(const Variant& variant, const Mas
                                                float (&tile_max)[2],
                                                const KeyTerms<Variant>* staged = nullptr,
                                                const Window& window = Window{}) {
+  if constexpr (Variant::kScoreKvUniform) {
+    const Interval heads =
+        Interval::range(min(rows.head[0], rows.head[1]), max(rows.head[0], rows.head[1]));
+    const Interval queries = Interval::range(min(rows.q[0], rows.q[1]), max(rows.q[0], rows.q[1]));
+    const Interval keys = Interval::range(key0, static_cast<i64>(key0) + 8 * (kTiles - 1) + 1);
+    if (variant.score_kv_uniform(params, rows.b, heads, queries, keys)) {
+      score_and_mask_impl<false, true, kTiles, kKeyBatch, kStaged>(
+          variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
+      return;
+    }
+  }
   if (fold_scale<Variant>(scale)) {
-    score_and_mask_impl<true, kTiles, kKeyBatch, kStaged>(
+    score_and_mask_impl<true, false, kTiles, kKeyBatch, kStaged>(
         variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
   } else {
-    score_and_mask_impl<false, kTiles, kKeyBatch, kStaged>(
+    score_and_mask_impl<false, false, kTiles, kKeyBatch, kStaged>(
         variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
   }
 }

@@ -33,6 +33,9 @@ struct VariantBase {
   // Whether the key terms hold a loop (a rolled any/all of the key alone): the kernels then
   // compute each key's once per tile into shared memory (kStagedKeyTerms, paged_prefill.cuh).
   static constexpr bool kKeyTermsLoop = false;
+  // Whether the score is s plus (or minus) a term that does not read s, and the variant has its
+  // own score_kv_uniform for that term (emit_cuda.cpp, KvUniformCheck).
+  static constexpr bool kScoreKvUniform = false;
 
   // Terms of one request, of one query row, of one key, for the mask and for the score: none
   // unless the variant defines its own.
@@ -74,6 +77,14 @@ struct VariantBase {
                                          const ScoreRequestTerms&, const ScoreQueryTerms&,
                                          const ScoreKeyTerms&) const {
     return s;
+  }
+
+  // Whether the score's term reads kv only through parts that have one value over keys kv, for
+  // queries q of heads h (then a tile's elements add the term taken at one of its keys once per
+  // row: score_and_mask).
+  __device__ __forceinline__ bool score_kv_uniform(const MaskParams&, int, Interval, Interval,
+                                                   Interval) const {
+    return false;
   }
 
   // The mask and score of one element from scratch: its terms, then the element hook (the

@@ -289,7 +289,8 @@ namespace {
 // (kWideKeyTiles, docs/hopper.md#tile-width) from the mask's structure: 128 keys where they
 // compute little more than 64 (causal-shaped masks, arrays of zeros standing for runtime data),
 // 64 where bands or periodic columns would turn Empty halves into computed tiles, where the
-// structure is in a runtime parameter, and where the element part loads per element.
+// structure is in a runtime parameter, and where the element part loads per element (a
+// key-uniform score's loads aside).
 TEST_CASE("wide key tiles follow the mask's structure", "[emit][classify]") {
   std::vector<dsl::Diagnostic> diagnostics;
   const dsl::Module module = dsl::parse_and_check(
@@ -310,7 +311,9 @@ TEST_CASE("wide key tiles follow the mask's structure", "[emit][classify]") {
        "mask longformer = abs(q - kv) <= 256 || global_token[kv] != 0\n"
        "mask image2d = abs(q / 128 - kv / 128) <= 7 && abs(q % 128 - kv % 128) <= 7\n"
        "score biased = score + bias[h, clamp(q - kv, 0, 255)]\n"
-       "variant causal_biased = causal with biased\n"},
+       "score periodic = score + bias[h, (q - kv) % 256]\n"
+       "variant causal_biased = causal with biased\n"
+       "variant causal_periodic = causal with periodic\n"},
       diagnostics);
   REQUIRE_FALSE(dsl::has_errors(diagnostics));
   const auto wide = [&](const char* name) {
@@ -327,7 +330,9 @@ TEST_CASE("wide key tiles follow the mask's structure", "[emit][classify]") {
   CHECK_FALSE(wide("fixed"));
   CHECK_FALSE(wide("longformer"));
   CHECK_FALSE(wide("image2d"));
-  CHECK_FALSE(wide("causal_biased"));
+  // A score's loads count unless its term is key-uniform away from a band (score_kv_uniform).
+  CHECK(wide("causal_biased"));
+  CHECK_FALSE(wide("causal_periodic"));
 
   // The probe itself: causal's computed elements at 64 and 128 keys per tile, 64 queries.
   Result<Variant> causal = lower_mask(module, "causal");

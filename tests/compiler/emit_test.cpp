@@ -218,6 +218,40 @@ TEST_CASE("bitwise operators are written as C++ operators, shifts through fj_ops
   }
 }
 
+TEST_CASE("scores s + T with a T that can be uniform over a tile's keys get score_kv_uniform",
+          "[emit]") {
+  const auto uniform = [](const Expr& score_expr) {
+    const std::string code = emit_cuda_variant(variant_of("m", causal(), score_expr), "M");
+    const bool marked =
+        code.find("static constexpr bool kScoreKvUniform = true;") != std::string::npos;
+    CHECK(marked == (code.find(" score_kv_uniform(") != std::string::npos));
+    return marked;
+  };
+  // T reads kv through a min that saturates below the diagonal; a math function is worth it.
+  const Expr clamped = ir::Min::make(ir::Sub::make(q(), kv()), ir::IntImm::make(64));
+  const Expr term = ir::Tanh::make(ir::ToFloat::make(clamped));
+  CHECK(uniform(ir::Add::make(score(), term)));
+  CHECK(uniform(ir::Add::make(term, score())));
+  CHECK(uniform(ir::Sub::make(score(), term)));
+  // Four operations reading kv are worth it too; fewer are not.
+  CHECK(uniform(
+      ir::Add::make(score(), ir::ToFloat::make(ir::Div::make(clamped, ir::IntImm::make(8))))));
+  CHECK_FALSE(uniform(ir::Add::make(score(), ir::ToFloat::make(clamped))));
+  // ALiBi's term reads kv through no part that can collapse to a point.
+  CHECK_FALSE(uniform(ir::Sub::make(
+      score(),
+      ir::Mul::make(real(0.5f), ir::Tanh::make(ir::ToFloat::make(ir::Sub::make(q(), kv())))))));
+  // Not s plus a term: s under the function, or multiplied.
+  CHECK_FALSE(uniform(ir::Add::make(ir::Tanh::make(score()), term)));
+  CHECK_FALSE(uniform(ir::Mul::make(score(), term)));
+  CHECK_FALSE(uniform(ir::Sub::make(term, score())));
+  // The test: the min's interval a point, or (through the operands) nothing.
+  const std::string code =
+      emit_cuda_variant(variant_of("m", causal(), ir::Add::make(score(), term)), "M");
+  CHECK_THAT(hook(code, "score_kv_uniform"), Catch::Contains("fj::ival::min("));
+  CHECK_THAT(hook(code, "score_kv_uniform"), Catch::Contains(".is_point()"));
+}
+
 TEST_CASE("translation-invariant masks are marked diagonal", "[emit]") {
   const auto diagonal = [](const Expr& mask) {
     return emit_cuda_variant(variant_of("m", mask), "M")

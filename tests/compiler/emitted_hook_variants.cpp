@@ -17,37 +17,51 @@ namespace {
   std::abort();
 }
 
-}  // namespace
-
-std::vector<Variant> emitted_hook_variants() {
-  std::ifstream in(FLEXJIT_SOURCE_DIR "/dsl/lib/standard.mask");
+dsl::Module parsed(const std::string& path) {
+  std::ifstream in(FLEXJIT_SOURCE_DIR "/" + path);
   std::ostringstream text;
   text << in.rdbuf();
   std::vector<dsl::Diagnostic> diagnostics;
-  const dsl::Module module = dsl::parse_and_check({"standard.mask", text.str()}, diagnostics);
+  dsl::Module module = dsl::parse_and_check({path, text.str()}, diagnostics);
   if (!in || dsl::has_errors(diagnostics)) {
-    fail("dsl/lib/standard.mask: " + dsl::format_diagnostics(module.source, diagnostics));
+    fail(path + ": " + dsl::format_diagnostics(module.source, diagnostics));
   }
-  std::vector<VariantSelection> selections;
+  return module;
+}
+
+// Every mask and variant of `module`, lowered with `defines`.
+void lower_all(const std::string& path,
+               const std::vector<std::pair<std::string, std::string>>& defines,
+               std::vector<Variant>& variants) {
+  const dsl::Module module = parsed(path);
   for (const dsl::Decl& decl : module.decls) {
-    if (decl.kind == dsl::DeclKind::Mask || decl.kind == dsl::DeclKind::Variant) {
-      VariantSelection selection;
-      selection.name = decl.name;
-      selections.push_back(std::move(selection));
-    }
+    if (decl.kind != dsl::DeclKind::Mask && decl.kind != dsl::DeclKind::Variant) continue;
+    VariantSelection selection;
+    selection.name = decl.name;
+    selection.defines = defines;
+    Result<Variant> variant = lower_variant(module, selection);
+    if (!variant.ok()) fail(path + ": " + selection.name + ": " + variant.error().message);
+    variants.push_back(std::move(*variant));
   }
+}
+
+}  // namespace
+
+std::vector<Variant> emitted_hook_variants() {
+  std::vector<Variant> variants;
+  lower_all("dsl/lib/standard.mask", {}, variants);
+  const dsl::Module standard = parsed("dsl/lib/standard.mask");
   for (const char* ranges : {"16", "64"}) {
     VariantSelection selection;
     selection.name = "prefix_ranges";
     selection.defines = {{"max_ranges", ranges}};
-    selections.push_back(std::move(selection));
-  }
-  std::vector<Variant> variants;
-  for (const VariantSelection& selection : selections) {
-    Result<Variant> variant = lower_variant(module, selection);
+    Result<Variant> variant = lower_variant(standard, selection);
     if (!variant.ok()) fail(selection.name + ": " + variant.error().message);
     variants.push_back(std::move(*variant));
   }
+  // The benchmark's element-wise family, its T5 bias table short enough that the random tiles
+  // meet both sides of its clamp.
+  lower_all("tools/bench/family.mask", {{"t5_distances", "8"}}, variants);
   for (int index = 0; index < kEmittedHookGenerated; index += kEmittedHookStride) {
     variants.push_back(generated_variant(index));
   }

@@ -14,7 +14,8 @@ inline constexpr int kEmittedHookStride = 6;
 inline constexpr int kEmittedHookGenerated = 240;
 
 // In order: every mask and variant of dsl/lib/standard.mask, prefix_ranges with 16 and 64
-// ranges (chains the hooks write as loops), then the generated sample. Aborts with the
+// ranges (chains the hooks write as loops), those of tools/bench/family.mask, then the
+// generated sample. Aborts with the
 // diagnostics if standard.mask does not lower.
 std::vector<Variant> emitted_hook_variants();
 

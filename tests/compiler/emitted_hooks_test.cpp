@@ -46,6 +46,7 @@ using namespace testing;
 
 struct Counts {
   int64_t classes = 0, decided = 0, coarser = 0, ranges = 0, masks = 0, scores = 0, bits = 0;
+  int64_t uniform_tiles = 0, uniform_scores = 0;
 };
 
 bool same_float(float a, float b) {
@@ -63,6 +64,43 @@ int32_t inside(RandomExpr& random, int32_t lo, int32_t hi) {
     default:
       return static_cast<int32_t>(
           lo + std::uniform_int_distribution<int64_t>(0, width - 1)(random.rng()));
+  }
+}
+
+// score_kv_uniform (a score s + T whose T may have one value over a tile's keys): where it holds
+// for the tile (its head, or it and the next), the score of any element is s plus the score at
+// s = 0 and the tile's first key, as score_and_mask computes it then.
+template <class Hooks>
+void check_score_uniform(const Hooks& hooks, const Tile& tile, const fj::MaskParams& params,
+                         RandomExpr& random, Counts& counts) {
+  if constexpr (Hooks::kScoreKvUniform) {
+    const auto in_kernels = [](int32_t lo, int32_t hi) { return lo >= 0 && hi <= (1 << 24); };
+    if (tile.q0 >= tile.q1 || tile.k0 >= tile.k1 || !in_kernels(tile.q0, tile.q1) ||
+        !in_kernels(tile.k0, tile.k1)) {
+      return;
+    }
+    const int32_t heads = 1 + random.pick(2);
+    if (!hooks.score_kv_uniform(params, tile.b, fj::Interval::range(tile.h, tile.h + heads - 1),
+                                fj::Interval::range(tile.q0, tile.q1 - 1),
+                                fj::Interval::range(tile.k0, tile.k1 - 1))) {
+      return;
+    }
+    ++counts.uniform_tiles;
+    for (int i = 0; i < 4; ++i) {
+      const int32_t h = tile.h + random.pick(heads);
+      const int32_t q = inside(random, tile.q0, tile.q1);
+      const int32_t kv = inside(random, tile.k0, tile.k1);
+      const float s = std::uniform_real_distribution<float>(-30.0f, 30.0f)(random.rng());
+      const float want = hooks.score(params, s, tile.b, h, q, kv);
+      const float got = fj::fadd(s, hooks.score(params, 0.0f, tile.b, h, q, tile.k0));
+      // Equal but for the sign of a zero.
+      if (!(same_float(got, want) || (got == 0.0f && want == 0.0f))) {
+        FAIL("score_kv_uniform " << tile_text(tile) << " (heads " << heads << "): score of " << s
+                                 << " at h " << h << " q " << q << " kv " << kv << " is " << want
+                                 << ", at the tile's first key " << got);
+      }
+      ++counts.uniform_scores;
+    }
   }
 }
 
@@ -89,6 +127,7 @@ void check_tile(const Hooks& hooks, const Variant& variant, const MaskAnalysis& 
   }
   ++counts.ranges;
 
+  check_score_uniform(hooks, tile, params, random, counts);
   if (tile.q0 >= tile.q1 || tile.k0 >= tile.k1) return;
   for (int i = 0; i < 4; ++i) {
     const EvalPoint point{tile.b, tile.h, inside(random, tile.q0, tile.q1),
@@ -228,10 +267,14 @@ TEST_CASE("emitted CUDA hooks compute the evaluator's mask and score, MaskAnalys
   INFO(counts.classes << " classes (" << counts.decided << " decided by MaskAnalysis, "
                       << counts.coarser << " left Partial by the hooks), " << counts.ranges
                       << " kv ranges, " << counts.masks << " mask and " << counts.scores
-                      << " score values, " << counts.bits << " element bits");
+                      << " score values, " << counts.bits << " element bits, "
+                      << counts.uniform_tiles << " key-uniform score tiles");
   CHECK(counts.decided >= counts.classes / 4);
   CHECK(counts.coarser <= counts.decided / 10);
   CHECK(counts.scores >= counts.masks / 20);
+  // The family's T5 bias at least.
+  CHECK(counts.uniform_tiles >= 50);
+  CHECK(counts.uniform_scores == 4 * counts.uniform_tiles);
 }
 
 }  // namespace

@@ -111,9 +111,15 @@ HostParams standard_params(RandomExpr& random, const Variant& variant, bool mean
         values.bits.resize(size_t(1000) * (b + 1));
       }
     } else if (array.type == dsl::Type::Float) {
+      // slopes[h], or a table per head (t5_bias[h, d]).
       values.rows = 8;
-      for (int h = 0; h < 8; ++h)
-        values.bits.push_back(fj::float_to_bits(0.5f / static_cast<float>(h + 1)));
+      values.cols = array.dims.size() > 1 ? 8 : 1;
+      for (int h = 0; h < 8; ++h) {
+        for (int c = 0; c < values.cols; ++c) {
+          values.bits.push_back(
+              fj::float_to_bits(0.5f / static_cast<float>(h + 1) + 0.125f * static_cast<float>(c)));
+        }
+      }
     } else {
       values.bits = {random.pick(500), random.pick(500)};
     }

@@ -255,6 +255,10 @@ class StatementWriter {
   // analysis widens by a few ulp.
   void approximate_tanh() { approximate_tanh_ = true; }
 
+  // An interval writer whose h is a range declared by the hook (score_kv_uniform: a thread's
+  // rows may belong to two heads), not the concrete head of classify and kv_range.
+  void range_heads() { ranged_heads_ = true; }
+
   // A name no other statement of this writer's function uses, starting with `stem`.
   std::string fresh(std::string_view stem) {
     return fmt::format("{}{}{}", prefix_, stem, fresh_count_++);
@@ -346,7 +350,9 @@ class StatementWriter {
       result = Points::Indexed;
     } else if (e.kind() == ir::ExprKind::Var) {
       const ir::Variable variable = e.as<ir::Var>()->variable;
-      if (variable != ir::Variable::B && variable != ir::Variable::H) result = Points::Ranged;
+      if (variable != ir::Variable::B && (variable != ir::Variable::H || ranged_heads_)) {
+        result = Points::Ranged;
+      }
     }
     for (int i = 0; i < ir::operand_count(e.kind()) && result != Points::Ranged; ++i) {
       const Points operand = point_inputs(ir::operand(e, i));
@@ -519,8 +525,10 @@ class StatementWriter {
           return intervals_ ? "fj::FloatInterval::everything()" : "s";
         }
         const char* name = ir::variable_name(variable);
-        // q and kv are ranges declared at the top of classify(); b and h are concrete.
-        const bool ranged = variable == ir::Variable::Q || variable == ir::Variable::KV;
+        // q and kv are ranges declared at the top of classify(); b and h are concrete (h a
+        // range too with range_heads).
+        const bool ranged = variable == ir::Variable::Q || variable == ir::Variable::KV ||
+                            (variable == ir::Variable::H && ranged_heads_);
         return intervals_ && !ranged ? fmt::format("fj::Interval::point({})", name) : name;
       }
       case ir::ExprKind::Param: {
@@ -541,6 +549,7 @@ class StatementWriter {
 
   bool intervals_;
   bool approximate_tanh_ = false;
+  bool ranged_heads_ = false;
   bool wrote_loop_ = false;
   std::string prefix_;
   const NarrowingPlans* narrowing_;
@@ -977,6 +986,121 @@ ir::Expr hook_score(const Variant& variant) {
              : ir::Var::make(ir::Variable::Score);
 }
 
+// The score's key-uniform tiles (VariantBase::score_kv_uniform), for a score that is s plus or
+// minus a term T that does not read s: a per-tile test that every part of T reading kv has one
+// value over the tile's keys, from the intervals of the parts that can collapse to a point (a
+// min or max that saturates, a division, a comparison that holds throughout, ...). Where it
+// holds, the kernels compute T once per row at one key and add it to each element
+// (score_and_mask): T5's `bias[h, clamp(q - kv, 0, 255)]` reads its table once per row and
+// tile instead of once per element in the tiles more than 255 keys below the diagonal. A part
+// is uniform when its interval over the tile is a point, or when every operand reading kv is;
+// kv itself is not. Written only where it saves much per element: the parts reading kv load
+// from an array, call a math function, or take four operations or more.
+class KvUniformCheck {
+ public:
+  explicit KvUniformCheck(const ir::Expr& score) : writer_(true, "u") {
+    writer_.range_heads();
+    const std::optional<ir::Expr> term = added_term(score);
+    condition_ = term ? uniform(*term) : "false";
+  }
+
+  bool worthwhile() const {
+    return condition_ != "false" && (saves_load_or_math_ || kv_operations_ >= 4);
+  }
+
+  std::string hook() const {
+    return fmt::format(
+        "  // Whether the score reads kv only through parts with one value over keys kv, for\n"
+        "  // queries q of heads h: the kernels then evaluate it at one key for the tile.\n"
+        "  __device__ __forceinline__ bool score_kv_uniform(const fj::MaskParams& p, int b, "
+        "fj::Interval h, fj::Interval q, fj::Interval kv) const {{\n"
+        "{}"
+        "    return {};\n"
+        "  }}\n",
+        writer_.code(), condition_);
+  }
+
+ private:
+  // T of a score s + T, T + s or s - T where T does not read s: the score is then s plus its
+  // value at s = 0, exactly (but for the sign of a zero).
+  static std::optional<ir::Expr> added_term(const ir::Expr& score) {
+    const bool add = score.kind() == ir::ExprKind::Add;
+    if (score.type() != ir::Type::Float || (!add && score.kind() != ir::ExprKind::Sub)) {
+      return std::nullopt;
+    }
+    const auto is_s = [](const ir::Expr& e) {
+      return e.kind() == ir::ExprKind::Var && e.as<ir::Var>()->variable == ir::Variable::Score;
+    };
+    const ir::Expr a = ir::operand(score, 0);
+    const ir::Expr b = ir::operand(score, 1);
+    if (is_s(a) && !ir::uses_variable(b, ir::Variable::Score)) return b;
+    if (add && is_s(b) && !ir::uses_variable(a, ir::Variable::Score)) return a;
+    return std::nullopt;
+  }
+
+  bool reads_kv(const ir::Expr& e) {
+    const auto found = reads_kv_.find(e.get());
+    if (found != reads_kv_.end()) return found->second;
+    bool result = e.kind() == ir::ExprKind::Var && e.as<ir::Var>()->variable == ir::Variable::KV;
+    for (int i = 0; i < ir::operand_count(e.kind()) && !result; ++i)
+      result = reads_kv(ir::operand(e, i));
+    reads_kv_.emplace(e.get(), result);
+    return result;
+  }
+
+  static bool collapses(ir::ExprKind kind) {
+    switch (kind) {
+      case ir::ExprKind::Add:
+      case ir::ExprKind::Sub:
+      case ir::ExprKind::Mul:
+      case ir::ExprKind::Mod:  // a point only where its operand is one
+      case ir::ExprKind::Neg:
+      case ir::ExprKind::Abs:
+      case ir::ExprKind::ToInt:
+      case ir::ExprKind::Load:
+      case ir::ExprKind::Var:
+        return false;
+      default:
+        return true;
+    }
+  }
+
+  // A C++ condition (or "true", "false") for "e has one value over the tile".
+  std::string uniform(const ir::Expr& e) {
+    if (!reads_kv(e)) return "true";
+    if (ir::operand_count(e.kind()) == 0) return "false";  // kv itself
+    const auto found = conditions_.find(e.get());
+    if (found != conditions_.end()) return found->second;
+    ++kv_operations_;
+    if (e.kind() == ir::ExprKind::Load || ir::operation_typing(e.kind()) == ops::Typing::Math) {
+      saves_load_or_math_ = true;
+    }
+    std::string operands = "true";
+    for (int i = 0; i < ir::operand_count(e.kind()); ++i) {
+      const std::string operand = uniform(ir::operand(e, i));
+      if (operand == "false" || operands == "false") {
+        operands = "false";
+      } else if (operand != "true") {
+        operands = operands == "true" ? operand : fmt::format("({} && {})", operands, operand);
+      }
+    }
+    std::string result = operands;
+    if (e.type() != ir::Type::Float && collapses(e.kind())) {
+      const std::string point = fmt::format("{}.is_point()", writer_.value_of(e));
+      result = operands == "false" ? point : fmt::format("({} || {})", point, operands);
+    }
+    conditions_.emplace(e.get(), result);
+    return result;
+  }
+
+  StatementWriter writer_;
+  std::string condition_;
+  bool saves_load_or_math_ = false;
+  int kv_operations_ = 0;
+  std::unordered_map<const ir::ExprNode*, bool> reads_kv_;
+  std::unordered_map<const ir::ExprNode*, std::string> conditions_;
+};
+
 // Whether the Hopper kernel may take 128-key tiles at head dim 128 (kWideKeyTiles,
 // docs/hopper.md#tile-width). A wider tile halves the barriers, row-max shuffles and softmax
 // bookkeeping per MMA, but it computes more of a mask whose visible keys come in narrow bands
@@ -1016,18 +1140,30 @@ bool wide_key_tiles(const Variant& variant, const ir::Expr& mask, bool element_l
   return narrow > 0 && wide * 32 <= narrow * 33;
 }
 
+// A score's loads count as per element unless its term is key-uniform where it can be
+// (score_kv_uniform): then they are per row in the tiles away from the band where it is not.
 KeyTileHints key_tile_hints_of(const Variant& variant, const ir::Expr& mask,
-                               const SplitHook& mask_hook, const SplitHook& score_hook) {
+                               const SplitHook& mask_hook, const SplitHook& score_hook,
+                               bool score_kv_uniform) {
+  const bool element_load =
+      mask_hook.element_load() || (score_hook.element_load() && !score_kv_uniform);
   return {mask_hook.element_operations() + score_hook.element_operations(),
-          wide_key_tiles(variant, mask, mask_hook.element_load() || score_hook.element_load())};
+          wide_key_tiles(variant, mask, element_load)};
+}
+
+// Whether a variant's score takes score_kv_uniform (KvUniformCheck).
+bool score_kv_uniform(const Variant& variant, const KvUniformCheck& check) {
+  return variant.has_score() && check.worthwhile();
 }
 
 }  // namespace
 
 KeyTileHints key_tile_hints(const Variant& variant) {
   const ir::Expr mask = hook_mask(variant);
+  const ir::Expr score = hook_score(variant);
   return key_tile_hints_of(variant, mask, SplitHook(mask, "Mask", false),
-                           SplitHook(hook_score(variant), "Score", true));
+                           SplitHook(score, "Score", true),
+                           score_kv_uniform(variant, KvUniformCheck(score)));
 }
 
 std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name) {
@@ -1044,8 +1180,11 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
     provenance += fmt::format(", score `{}`", variant.score_name);
     score_comment = fmt::format("// score: {}\n", ir::to_string(variant.score));
   }
-  const SplitHook score_hook(hook_score(variant), "Score", true);
-  const KeyTileHints key_tile = key_tile_hints_of(variant, mask, mask_hook, score_hook);
+  const ir::Expr score = hook_score(variant);
+  const SplitHook score_hook(score, "Score", true);
+  const KvUniformCheck kv_uniform(score);
+  const bool uniform = score_kv_uniform(variant, kv_uniform);
+  const KeyTileHints key_tile = key_tile_hints_of(variant, mask, mask_hook, score_hook, uniform);
 
   StatementWriter kv_writer(true, "r");
   const std::string kv_bound = KvRangeWriter(kv_writer).bound_of(plan_kv_range(mask));
@@ -1067,6 +1206,7 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
   constant("bool", "kWideKeyTiles", key_tile.wide_key_tiles, false);
   constant("bool", "kKeyTermsLoop", mask_hook.key_terms_loop() || score_hook.key_terms_loop(),
            false);
+  constant("bool", "kScoreKvUniform", uniform, false);
 
   std::string ranges;
   if (ir::uses_variable(mask, ir::Variable::Q)) {
@@ -1110,7 +1250,8 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
       fmt::arg("constants", constants),
       fmt::arg("mask_hooks", mask_hook.declarations("bool", "", base)),
       fmt::arg("score_hooks", variant.has_score()
-                                  ? score_hook.declarations("float", "float s, ", base) + "\n"
+                                  ? score_hook.declarations("float", "float s, ", base) + "\n" +
+                                        (uniform ? kv_uniform.hook() + "\n" : "")
                                   : std::string()),
       fmt::arg("ranges", ranges), fmt::arg("class_code", interval.code()),
       fmt::arg("class_value", class_value), fmt::arg("kv_code", kv_writer.code()),
