@@ -14,7 +14,7 @@
 // - kv_range: V's range of positions [lo, hi) maps back to the keys whose positions lie in it,
 //   [keys_below(lo), keys_below(hi)).
 // - A translation-invariant mask (kDiagonal) is not one over shard keys: the flag is off, and
-//   Partial tiles evaluate the mask per element.
+//   Partial tiles evaluate the mask per element. So is a key-uniform score's (kScoreKvUniform).
 // The positions of one request are computed with its terms (mask_request_terms and
 // score_request_terms carry the request's offset and query shift), a key's position once with
 // its key terms.
@@ -63,6 +63,9 @@ struct ShardedVariant {
   static constexpr bool kWideKeyTiles = false;
   static constexpr bool kRolledMask = V::kRolledMask;
   static constexpr bool kKeyTermsLoop = V::kKeyTermsLoop;
+  // The score's term per element: V's score_kv_uniform tests positions, not shard keys (it
+  // could take their hull, as classify does; not done yet).
+  static constexpr bool kScoreKvUniform = false;
 
   __device__ __forceinline__ ShardMap map(int b) const {
     return ShardMap{offsets != nullptr ? __ldg(offsets + b) : 0,
