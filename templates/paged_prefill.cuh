@@ -362,6 +362,17 @@ __device__ __forceinline__ PresentPages<kPageSize> present_pages(u32 absent, int
   }
 }
 
+// Whether S is a wgmma kernel's accumulators (float[accumulators][32]) rather than mma.sync's
+// n8 tiles (float[tiles][4]).
+template <class Scores>
+struct IsWgmmaScores {
+  static constexpr bool kValue = false;
+};
+template <int kAccumulators>
+struct IsWgmmaScores<float[kAccumulators][32]> {
+  static constexpr bool kValue = true;
+};
+
 template <bool kFoldScale, bool kUniformScore, int kTiles, int kKeyBatch, bool kStaged,
           class Variant, class Scores, class Window>
 __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
@@ -444,10 +455,11 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
       }
     }
   };
-  if constexpr (Variant::kScoreKvUniform) {
+  if constexpr (Variant::kScoreKvUniform || IsWgmmaScores<Scores>::kValue) {
     // Unrolled whatever the element's size: nvcc kept a loop over j for a T5 bias's loads (the
-    // path of the tiles where its term is not uniform), which indexed S and so put it in local
-    // memory for the whole kernel.
+    // path of the tiles where its term is not uniform), and for random_bits' and bigbird's at
+    // head dim 64 (128-key tiles), which indexed S and so put it in local memory for the whole
+    // kernel (256-288-byte stack frames; the wgmma accumulators are then copied in and out).
 #pragma unroll
     for (int j0 = 0; j0 < kTiles; j0 += kBatch)
       batch(j0);

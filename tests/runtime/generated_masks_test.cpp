@@ -178,9 +178,13 @@ void check_generated(const std::vector<int>& variants, unsigned threads,
     INFO(outcome.name << " (" << outcome.seconds << " s)\n" << outcome.mask << "\n" << outcome.log);
     REQUIRE(outcome.compiled);
     REQUIRE(baseline.compiled);
+    // An array in local memory: S indexed by a loop nvcc did not unroll cost a T5 kernel its
+    // speed so.
+    const bool local_array = flexjit::testing::holds_local_array(
+        outcome.resources, baseline.resources.stack_frame_bytes);
     const bool clean =
         outcome.resources.spill_store_bytes <= baseline.resources.spill_store_bytes &&
-        outcome.resources.spill_load_bytes <= baseline.resources.spill_load_bytes &&
+        outcome.resources.spill_load_bytes <= baseline.resources.spill_load_bytes && !local_array &&
         !outcome.resources.wgmma_serialized && outcome.seconds <= kCompileSecondsLimit;
     slowest = std::max(slowest, outcome.seconds);
     if (!clean || outcome.seconds > kCompileSeconds) failing.push_back(outcome.name);
@@ -190,6 +194,7 @@ void check_generated(const std::vector<int>& variants, unsigned threads,
     }
     CHECK(outcome.resources.spill_store_bytes <= baseline.resources.spill_store_bytes);
     CHECK(outcome.resources.spill_load_bytes <= baseline.resources.spill_load_bytes);
+    CHECK_FALSE(local_array);
     CHECK_FALSE(outcome.resources.wgmma_serialized);
     const bool slow =
         std::find(slow_compiles.begin(), slow_compiles.end(), outcome.name) != slow_compiles.end();

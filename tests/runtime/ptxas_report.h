@@ -3,7 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,14 +37,24 @@ inline PtxasReport compile_with_report(const KernelSpec& spec) {
   return {compiled->output.log, *resources};
 }
 
-// `spec` compiles clean: no spills, no serialized wgmma (ptxas's C7514/C7520 note, which costs
-// most of the tensor cores' overlap: a cp.async or an accumulator read inside an MMA's flight
-// does it) and no other performance warning.
+// Whether a kernel holds an array in local memory: a stack frame beyond its spills' slots
+// (rounded up to 16 bytes) and beyond `allowed` (a baseline's frame). Such a frame is an array
+// nvcc could not keep in registers, such as S indexed by a loop it did not unroll.
+inline bool holds_local_array(const PtxasResources& r, int64_t allowed = 0) {
+  return r.stack_frame_bytes > std::max<int64_t>((r.spill_store_bytes + 15) / 16 * 16, allowed);
+}
+
+// `spec` compiles clean: no spills, no stack frame (without spills, one is an array that
+// nvcc could not keep in registers, such as S indexed by a loop it did not unroll), no
+// serialized wgmma (ptxas's C7514/C7520 note, which costs most of the tensor cores' overlap: a
+// cp.async or an accumulator read inside an MMA's flight does it) and no other performance
+// warning.
 inline void check_clean(const KernelSpec& spec) {
   const PtxasReport report = compile_with_report(spec);
   INFO(spec.name << "\n" << report.log);
   CHECK(report.resources.spill_store_bytes == 0);
   CHECK(report.resources.spill_load_bytes == 0);
+  CHECK(report.resources.stack_frame_bytes == 0);
   CHECK_FALSE(report.resources.wgmma_serialized);
   CHECK(report.log.find("Potential Performance Loss") == std::string::npos);
 }
