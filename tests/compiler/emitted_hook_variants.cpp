@@ -29,39 +29,45 @@ dsl::Module parsed(const std::string& path) {
   return module;
 }
 
-// Every mask and variant of `module`, lowered with `defines`.
-void lower_all(const std::string& path,
-               const std::vector<std::pair<std::string, std::string>>& defines,
-               std::vector<Variant>& variants) {
-  const dsl::Module module = parsed(path);
+// Every mask and variant of `module`, with `defines`.
+std::vector<VariantSelection> every_variant(
+    const dsl::Module& module, const std::vector<std::pair<std::string, std::string>>& defines) {
+  std::vector<VariantSelection> selections;
   for (const dsl::Decl& decl : module.decls) {
     if (decl.kind != dsl::DeclKind::Mask && decl.kind != dsl::DeclKind::Variant) continue;
     VariantSelection selection;
     selection.name = decl.name;
     selection.defines = defines;
-    Result<Variant> variant = lower_variant(module, selection);
-    if (!variant.ok()) fail(path + ": " + selection.name + ": " + variant.error().message);
-    variants.push_back(std::move(*variant));
+    selections.push_back(std::move(selection));
   }
+  return selections;
+}
+
+void lower(const dsl::Module& module, const VariantSelection& selection,
+           std::vector<Variant>& variants) {
+  Result<Variant> variant = lower_variant(module, selection);
+  if (!variant.ok()) fail(selection.name + ": " + variant.error().message);
+  variants.push_back(std::move(*variant));
 }
 
 }  // namespace
 
 std::vector<Variant> emitted_hook_variants() {
   std::vector<Variant> variants;
-  lower_all("dsl/lib/standard.mask", {}, variants);
   const dsl::Module standard = parsed("dsl/lib/standard.mask");
+  for (const VariantSelection& selection : every_variant(standard, {}))
+    lower(standard, selection, variants);
   for (const char* ranges : {"16", "64"}) {
     VariantSelection selection;
     selection.name = "prefix_ranges";
     selection.defines = {{"max_ranges", ranges}};
-    Result<Variant> variant = lower_variant(standard, selection);
-    if (!variant.ok()) fail(selection.name + ": " + variant.error().message);
-    variants.push_back(std::move(*variant));
+    lower(standard, selection, variants);
   }
   // The benchmark's element-wise family, its T5 bias table short enough that the random tiles
   // meet both sides of its clamp.
-  lower_all("tools/bench/family.mask", {{"t5_distances", "8"}}, variants);
+  const dsl::Module family = parsed("tools/bench/family.mask");
+  for (const VariantSelection& selection : every_variant(family, {{"t5_distances", "8"}}))
+    lower(family, selection, variants);
   for (int index = 0; index < kEmittedHookGenerated; index += kEmittedHookStride) {
     variants.push_back(generated_variant(index));
   }

@@ -8,9 +8,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <fstream>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +15,7 @@
 #include "flexjit/dsl/frontend.h"
 #include "jit/kernel_source.h"
 #include "runtime/ptxas_report.h"
+#include "standard_masks.h"
 
 namespace {
 
@@ -36,12 +34,9 @@ const std::vector<std::string> kKnownSpills = {
 
 TEST_CASE("the element-wise family's kernels hold no local arrays and spill only where listed",
           "[family-compile]") {
-  std::ifstream in(FLEXJIT_SOURCE_DIR "/tools/bench/family.mask");
-  std::ostringstream text;
-  text << in.rdbuf();
   std::vector<flexjit::dsl::Diagnostic> diagnostics;
   const flexjit::dsl::Module module =
-      flexjit::dsl::parse_and_check({"family.mask", text.str()}, diagnostics);
+      flexjit::testing::parse_source_file("tools/bench/family.mask", diagnostics);
   INFO(flexjit::dsl::format_diagnostics(module.source, diagnostics));
   REQUIRE_FALSE(flexjit::dsl::has_errors(diagnostics));
   std::vector<std::string> names;

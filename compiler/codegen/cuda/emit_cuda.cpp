@@ -801,6 +801,27 @@ class SplitPositionDifferences : public ir::IRMutator {
   static ir::Variable variable(const ir::Expr& e) { return e.as<ir::Var>()->variable; }
 };
 
+// Which of b, h, q, kv, score each node of an expression reads, one bit each (ir::Variable
+// order), memoized over the expression's shared nodes.
+class VariableReads {
+ public:
+  static unsigned bit(ir::Variable v) { return 1u << static_cast<unsigned>(v); }
+
+  unsigned of(const ir::Expr& e) {
+    const auto found = reads_.find(e.get());
+    if (found != reads_.end()) return found->second;
+    unsigned set = e.kind() == ir::ExprKind::Var ? bit(e.as<ir::Var>()->variable) : 0u;
+    for (int i = 0; i < ir::operand_count(e.kind()); ++i)
+      set |= of(ir::operand(e, i));
+    reads_.emplace(e.get(), set);
+    return set;
+  }
+  bool reads(const ir::Expr& e, ir::Variable v) { return (of(e) & bit(v)) != 0; }
+
+ private:
+  std::unordered_map<const ir::ExprNode*, unsigned> reads_;
+};
+
 // A hook split by what its terms read (docs/architecture.md#kernel-contract), so that a kernel
 // computes each term as rarely as it can:
 // - request terms read only b and params: once per request (prefix_len[b], ranges[b, i]);
@@ -910,23 +931,9 @@ class SplitHook {
     return stem_ + kTypes[at];
   }
 
-  // Which of b, h, q, kv, score a node reads, one bit each (ir::Variable order).
-  unsigned inputs(const ir::Expr& e) {
-    const auto found = inputs_.find(e.get());
-    if (found != inputs_.end()) return found->second;
-    unsigned set = 0;
-    if (e.kind() == ir::ExprKind::Var) {
-      set = 1u << static_cast<unsigned>(e.as<ir::Var>()->variable);
-    }
-    for (int i = 0; i < ir::operand_count(e.kind()); ++i)
-      set |= inputs(ir::operand(e, i));
-    inputs_.emplace(e.get(), set);
-    return set;
-  }
-
   Level level(const ir::Expr& e) {
-    const auto bit = [](ir::Variable v) { return 1u << static_cast<unsigned>(v); };
-    const unsigned set = inputs(e);
+    const auto bit = VariableReads::bit;
+    const unsigned set = reads_.of(e);
     const unsigned row = bit(ir::Variable::H) | bit(ir::Variable::Q);
     const unsigned key = bit(ir::Variable::KV);
     if ((set & bit(ir::Variable::Score)) != 0 || ((set & row) != 0 && (set & key) != 0)) {
@@ -957,7 +964,7 @@ class SplitHook {
 
   std::string stem_;
   std::string lower_;
-  std::unordered_map<const ir::ExprNode*, unsigned> inputs_;
+  VariableReads reads_;
   std::unordered_set<const ir::ExprNode*> visited_;
   std::unordered_set<const ir::ExprNode*> term_set_;
   std::vector<ir::Expr> terms_[kElement];
@@ -1000,7 +1007,7 @@ class KvUniformCheck {
  public:
   explicit KvUniformCheck(const ir::Expr& score) : writer_(true, "u") {
     writer_.range_heads();
-    const std::optional<ir::Expr> term = added_term(score);
+    const std::optional<ir::Expr> term = added_term(score, reads_);
     condition_ = term ? uniform(*term) : "false";
   }
 
@@ -1023,7 +1030,7 @@ class KvUniformCheck {
  private:
   // T of a score s + T, T + s or s - T where T does not read s: the score is then s plus its
   // value at s = 0, exactly (but for the sign of a zero).
-  static std::optional<ir::Expr> added_term(const ir::Expr& score) {
+  static std::optional<ir::Expr> added_term(const ir::Expr& score, VariableReads& reads) {
     const bool add = score.kind() == ir::ExprKind::Add;
     if (score.type() != ir::Type::Float || (!add && score.kind() != ir::ExprKind::Sub)) {
       return std::nullopt;
@@ -1033,19 +1040,9 @@ class KvUniformCheck {
     };
     const ir::Expr a = ir::operand(score, 0);
     const ir::Expr b = ir::operand(score, 1);
-    if (is_s(a) && !ir::uses_variable(b, ir::Variable::Score)) return b;
-    if (add && is_s(b) && !ir::uses_variable(a, ir::Variable::Score)) return a;
+    if (is_s(a) && !reads.reads(b, ir::Variable::Score)) return b;
+    if (add && is_s(b) && !reads.reads(a, ir::Variable::Score)) return a;
     return std::nullopt;
-  }
-
-  bool reads_kv(const ir::Expr& e) {
-    const auto found = reads_kv_.find(e.get());
-    if (found != reads_kv_.end()) return found->second;
-    bool result = e.kind() == ir::ExprKind::Var && e.as<ir::Var>()->variable == ir::Variable::KV;
-    for (int i = 0; i < ir::operand_count(e.kind()) && !result; ++i)
-      result = reads_kv(ir::operand(e, i));
-    reads_kv_.emplace(e.get(), result);
-    return result;
   }
 
   static bool collapses(ir::ExprKind kind) {
@@ -1067,7 +1064,7 @@ class KvUniformCheck {
 
   // A C++ condition (or "true", "false") for "e has one value over the tile".
   std::string uniform(const ir::Expr& e) {
-    if (!reads_kv(e)) return "true";
+    if (!reads_.reads(e, ir::Variable::KV)) return "true";
     if (ir::operand_count(e.kind()) == 0) return "false";  // kv itself
     const auto found = conditions_.find(e.get());
     if (found != conditions_.end()) return found->second;
@@ -1097,7 +1094,7 @@ class KvUniformCheck {
   std::string condition_;
   bool saves_load_or_math_ = false;
   int kv_operations_ = 0;
-  std::unordered_map<const ir::ExprNode*, bool> reads_kv_;
+  VariableReads reads_;
   std::unordered_map<const ir::ExprNode*, std::string> conditions_;
 };
 
