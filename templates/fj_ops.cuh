@@ -954,12 +954,38 @@ FJ_HD Interval shr(Interval a, Interval n) {
 
 }  // namespace ival
 
+namespace detail {
+// A read over index ranges of at most this many elements is bounded by reading each of them
+// (small_read): a tile's 128 keys over `kv / 64` (BigBird's block table at 128-key tiles), a few
+// rows' blocks. Past it, only a summary bounds the read.
+constexpr i64 kSmallReadElements = 8;
+
+// The elements of `a` at rows `row`, columns `col` that lie in the array, clamped; `outside`
+// when a part of the ranges lies past the array's bounds (whose reads give 0). False when the
+// ranges hold more than kSmallReadElements elements.
+struct SmallRead {
+  i32 row_lo, row_hi, col_lo, col_hi;
+  bool outside;
+};
+FJ_HD bool small_read(const ArrayParam& a, Interval row, Interval col, SmallRead& read) {
+  const i64 rows = row.hi - row.lo + 1, cols = col.hi - col.lo + 1;
+  if (rows > kSmallReadElements || cols > kSmallReadElements || rows * cols > kSmallReadElements) {
+    return false;
+  }
+  const i64 row_lo = max64(row.lo, 0), row_hi = min64(row.hi, (i64)a.rows - 1);
+  const i64 col_lo = max64(col.lo, 0), col_hi = min64(col.hi, (i64)a.cols - 1);
+  read = {(i32)row_lo, (i32)row_hi, (i32)col_lo, (i32)col_hi,
+          row_lo != row.lo || row_hi != row.hi || col_lo != col.lo || col_hi != col.hi};
+  return true;
+}
+}  // namespace detail
+
 namespace ival {
-// Every value a read of `a` at rows `row`, columns `col` may return: the element when both
-// indices are points; the summary's bound when the other index is a point and the range runs
-// along the summarised axis; else every int32 (out-of-range reads give 0, which every int32
-// includes).
-FJ_HD Interval load_int(const ArrayParam& a, Interval row, Interval col) {
+// Every value a read of `a` at rows `row`, columns `col` may return, for an array summarised
+// along a position axis: the element when both indices are points; the summary's bound when the
+// other index is a point and the range runs along the summarised axis; else every int32
+// (out-of-range reads give 0, which every int32 includes).
+FJ_HD Interval load_int_summarised(const ArrayParam& a, Interval row, Interval col) {
   if (row.is_point() && col.is_point()) {
     return Interval::point(fj::load_int(a, (i32)row.lo, (i32)col.lo));
   }
@@ -972,6 +998,40 @@ FJ_HD Interval load_int(const ArrayParam& a, Interval row, Interval col) {
     return {keys.lo, keys.hi};
   }
   return Interval::everything();
+}
+// The same for an array without a summary (no position axis: a block table [qb, kb], per-head
+// windows): the hull of the elements when the ranges hold a few (detail::small_read), else
+// every int32.
+FJ_HD Interval load_int_elements(const ArrayParam& a, Interval row, Interval col) {
+  if (row.is_point() && col.is_point()) {
+    return Interval::point(fj::load_int(a, (i32)row.lo, (i32)col.lo));
+  }
+  detail::SmallRead read;
+  if (!detail::small_read(a, row, col, read)) return Interval::everything();
+  // Reads outside the array give 0; in-range indices never report a bad index.
+  i64 lo = read.outside ? 0 : kInt32Max, hi = read.outside ? 0 : kInt32Min;
+#pragma unroll 1
+  for (i32 r = read.row_lo; r <= read.row_hi; ++r) {
+#pragma unroll 1
+    for (i32 c = read.col_lo; c <= read.col_hi; ++c) {
+      const i64 value = fj::load_int(a, r, c);
+      lo = detail::min64(lo, value);
+      hi = detail::max64(hi, value);
+    }
+  }
+  return {lo, hi};
+}
+// The host's analyses: by whether the array has a summary.
+FJ_HD Interval load_int(const ArrayParam& a, Interval row, Interval col) {
+  return a.summary != nullptr ? load_int_summarised(a, row, col) : load_int_elements(a, row, col);
+}
+// Generated hooks: by the array's summary axis (kArraySummaryAxes of the variant), known when
+// the hook is written, so that a kernel holds the code of one kind only (both inlined into a
+// longformer kernel's classify made ptxas spill 28 bytes at head dim 64).
+template <int kSummaryAxis>
+FJ_HD Interval load_int(const ArrayParam& a, Interval row, Interval col) {
+  return kSummaryAxis == kSummaryNone ? load_int_elements(a, row, col)
+                                      : load_int_summarised(a, row, col);
 }
 }  // namespace ival
 
@@ -1272,8 +1332,8 @@ FJ_HD FloatInterval log2(FloatInterval a) {
       domain, [](float x) { return flog2(x); }, detail::kLibraryUlps);
 }
 
-// Every value a read of float array `a` may return, as ival::load_int.
-FJ_HD FloatInterval load_float(const ArrayParam& a, Interval row, Interval col) {
+// Every value a read of float array `a` may return, as ival::load_int_summarised.
+FJ_HD FloatInterval load_float_summarised(const ArrayParam& a, Interval row, Interval col) {
   if (row.is_point() && col.is_point()) {
     return FloatInterval::point(fj::load_float(a, (i32)row.lo, (i32)col.lo));
   }
@@ -1289,6 +1349,36 @@ FJ_HD FloatInterval load_float(const ArrayParam& a, Interval row, Interval col) 
   }
   return FloatInterval::range(bits_to_float(float_key_bits(keys.lo)),
                               bits_to_float(float_key_bits(keys.hi)));
+}
+// As ival::load_int_elements: the hull of a few elements (NaN among them when one is NaN).
+FJ_HD FloatInterval load_float_elements(const ArrayParam& a, Interval row, Interval col) {
+  if (row.is_point() && col.is_point()) {
+    return FloatInterval::point(fj::load_float(a, (i32)row.lo, (i32)col.lo));
+  }
+  detail::SmallRead read;
+  if (!detail::small_read(a, row, col, read)) return FloatInterval::everything();
+  detail::FloatHull hull{0.0f, 0.0f, false};
+  if (read.outside) hull.add(0.0f);
+  bool nan = false;
+#pragma unroll 1
+  for (i32 r = read.row_lo; r <= read.row_hi; ++r) {
+#pragma unroll 1
+    for (i32 c = read.col_lo; c <= read.col_hi; ++c) {
+      const float value = fj::load_float(a, r, c);
+      nan = nan || value != value;
+      hull.add(value);
+    }
+  }
+  return hull.result(nan);
+}
+FJ_HD FloatInterval load_float(const ArrayParam& a, Interval row, Interval col) {
+  return a.summary != nullptr ? load_float_summarised(a, row, col)
+                              : load_float_elements(a, row, col);
+}
+template <int kSummaryAxis>
+FJ_HD FloatInterval load_float(const ArrayParam& a, Interval row, Interval col) {
+  return kSummaryAxis == kSummaryNone ? load_float_elements(a, row, col)
+                                      : load_float_summarised(a, row, col);
 }
 
 }  // namespace fival

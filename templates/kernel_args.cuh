@@ -34,11 +34,11 @@ constexpr int kWgmmaMaxStages = 4;
 FJ_HD constexpr bool prefill_uses_wgmma(int head_dim, bool sm90a) {
   return sm90a && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
-// Keys per K/V tile: 128 at head dim 64, where a 64-key tile's softmax, barriers and row-max
-// shuffles cost as much as its MMAs; at 128 where the variant allows it (`wide`:
-// Variant::kWideKeyTiles, no loads per element and a mask whose structure computes little more
-// with 128-key tiles) and the cache is not fp8 (its converted parts would not fit beside two
-// 128-key stages); else 64, always at 256 and for variants whose per-element mask and score
+// Keys per K/V tile, where the variant allows 128 (`wide`: not Variant::kNarrowKeyTilesHd64 at
+// head dim 64, Variant::kWideKeyTiles at 128; emit_cuda.cpp, key_tile_width): 128 at head dim
+// 64, where a 64-key tile's softmax, barriers and row-max shuffles cost about as much as its
+// MMAs; at 128 where the cache is not fp8 (its converted parts would not fit beside two 128-key
+// stages); else 64, always at 256 and for variants whose per-element mask and score
 // take more than kWgmmaWideTileOperations operations (prefix_ranges: 35; ptxas serializes the
 // wgmma of its 128-key tile). The host sizes shared memory for the widest (the defaults). At
 // head dim 128 the two stages of 128 keys take K and V rings of their own (split_kv_rings):
@@ -46,7 +46,7 @@ FJ_HD constexpr bool prefill_uses_wgmma(int head_dim, bool sm90a) {
 constexpr int kWgmmaWideTileOperations = 16;
 FJ_HD constexpr int wgmma_block_n(int head_dim, int element_operations = 0, bool kv_fp8 = false,
                                   bool wide = true) {
-  return (head_dim == 64 || (head_dim == 128 && wide && !kv_fp8)) &&
+  return ((head_dim == 64 && wide) || (head_dim == 128 && wide && !kv_fp8)) &&
                  element_operations <= kWgmmaWideTileOperations
              ? 128
              : 64;

@@ -87,7 +87,8 @@ FJ_HD constexpr bool split_kv_rings(int stages, bool kv_fp8) {
 template <class Variant, int kHeadDim, bool kKvFp8>
 FJ_HD constexpr int wgmma_variant_block_n() {
   return wgmma_block_n(kHeadDim, Variant::kElementOperations, kKvFp8,
-                       Variant::kWideKeyTiles && FJ_WGMMA_NARROW_KEY_TILES == 0);
+                       (kHeadDim == 64 ? !Variant::kNarrowKeyTilesHd64 : Variant::kWideKeyTiles) &&
+                           FJ_WGMMA_NARROW_KEY_TILES == 0);
 }
 
 // Where the key terms read arrays (Variant::kKeyTermsLoad: doc[b, kv]) or hold a loop

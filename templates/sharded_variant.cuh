@@ -61,6 +61,9 @@ struct ShardedVariant {
   // 64-key tiles: the shard map's key terms beside a 128-key tile's S made ptxas spill
   // (chunked 36 bytes, causal_alibi 24 at head dim 128).
   static constexpr bool kWideKeyTiles = false;
+  // At head dim 64, 128-key tiles as before the variants chose (V's choice reads positions'
+  // structure, which shards interleave).
+  static constexpr bool kNarrowKeyTilesHd64 = false;
   static constexpr bool kRolledMask = V::kRolledMask;
   static constexpr bool kKeyTermsLoop = V::kKeyTermsLoop;
   // The score's term per element: V's score_kv_uniform tests positions, not shard keys (it

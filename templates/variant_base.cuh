@@ -27,6 +27,12 @@ struct VariantBase {
   // Whether the Hopper kernel may take 128-key tiles at head dim 128: no loads per element, and
   // the mask's structure computes little more with them (emit_cuda.cpp, wide_key_tiles).
   static constexpr bool kWideKeyTiles = false;
+  // Whether it keeps 64-key tiles at head dim 64, where 128 is the default: a mask whose
+  // structure computes much more with 128, or whose element part loads (same place).
+  static constexpr bool kNarrowKeyTilesHd64 = false;
+  // Each array slot's summary axis (fj::SummaryAxis), which decides how the generated interval
+  // hooks bound a read over a tile (fj::ival::load_int<axis>): none by default.
+  static constexpr int kArraySummaryAxes[kMaxArrayParams] = {};
   // Whether the mask's element part is a loop (a rolled any/all): the kernels then evaluate a
   // tile's elements by one loop into bits (element_bits.cuh) instead of inlining it per element.
   static constexpr bool kRolledMask = false;

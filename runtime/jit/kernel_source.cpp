@@ -117,16 +117,19 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
       fmt::arg("kv_fp8", kv_fp8_argument(config)));
   // The wgmma kernel's other builds, where the first spills or serializes
   // (paged_prefill_sm90.cuh): the producer computes the kv range. A kernel whose key tiles
-  // kWideKeyTiles widens (wgmma_block_n; sharded variants never take it, sharded_variant.cuh)
-  // falls back on 64-key tiles first, then on both: a mask that spills everywhere then pays
-  // three builds, not four ([cliffs-full]: 8.6 s of CPU for the worst generated mask with four).
+  // kWideKeyTiles widens at head dim 128 (wgmma_block_n; sharded variants never take it,
+  // sharded_variant.cuh) falls back on 64-key tiles first, then on both: a mask that spills
+  // everywhere then pays three builds, not four ([cliffs-full]: 8.6 s of CPU for the worst
+  // generated mask with four). At head dim 64 a 128-key build that spills a little beats 64-key
+  // tiles (causal + t5: 16 bytes of spills, 12-21% faster), so only the producer's kv range.
   if (launch.wgmma) {
     const std::string producer_range = "-DFJ_WGMMA_PRODUCER_KV_RANGE=1";
     const KeyTileHints hints = key_tile_hints(variant_ir);
     const auto block_n = [&](bool wide) {
       return fj::wgmma_block_n(config.head_dim, hints.element_operations, config.kv_fp8, wide);
     };
-    if (!config.kv_sharded && block_n(hints.wide_key_tiles) != block_n(false)) {
+    if (!config.kv_sharded && config.head_dim != 64 &&
+        block_n(hints.wide_at(config.head_dim)) != block_n(false)) {
       const std::string narrow = "-DFJ_WGMMA_NARROW_KEY_TILES=1";
       spec.fallbacks = {{narrow}, {narrow, producer_range}};
     } else {

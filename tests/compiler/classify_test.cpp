@@ -310,6 +310,14 @@ TEST_CASE("wide key tiles follow the mask's structure", "[emit][classify]") {
        "mask fixed = causal && (q / stride == kv / stride || kv % stride >= stride - 8)\n"
        "mask longformer = abs(q - kv) <= 256 || global_token[kv] != 0\n"
        "mask image2d = abs(q / 128 - kv / 128) <= 7 && abs(q % 128 - kv % 128) <= 7\n"
+       "mask strided = causal && (q - kv < stride || (q - kv) % stride == 0)\n"
+       "mask dilated = causal && q - kv < 1024 && (q - kv) % 2 == 0\n"
+       "param head_window: int[h]\n"
+       "mask head_windows = causal && q - kv < head_window[h]\n"
+       "param blocks: int[qb, kb]\n"
+       "mask block_table = abs(q / 64 - kv / 64) <= 1 || blocks[q / 64, kv / 64] != 0\n"
+       "param bits: int[r, c]\n"
+       "mask random_bits = causal && (q == kv || (bits[q, kv / 32] >> (kv % 32)) & 1 == 1)\n"
        "score biased = score + bias[h, clamp(q - kv, 0, 255)]\n"
        "score periodic = score + bias[h, (q - kv) % 256]\n"
        "variant causal_biased = causal with biased\n"
@@ -333,6 +341,28 @@ TEST_CASE("wide key tiles follow the mask's structure", "[emit][classify]") {
   // A score's loads count unless its term is key-uniform away from a band (score_kv_uniform).
   CHECK(wide("causal_biased"));
   CHECK_FALSE(wide("causal_periodic"));
+
+  // Head dim 64 (kNarrowKeyTilesHd64): 128 keys unless they compute over 1/4 more on both
+  // probes (at 0 and at 1024: a runtime window of 0 is no model's), or over 1/32 more where the
+  // element part loads.
+  const auto narrow_hd64 = [&](const char* name) {
+    Result<Variant> variant = lower_mask(module, name);
+    REQUIRE(variant.ok());
+    return emit_cuda_variant(*variant, "V").find("kNarrowKeyTilesHd64 = true;") !=
+           std::string::npos;
+  };
+  CHECK(narrow_hd64("fixed"));
+  CHECK(narrow_hd64("strided"));
+  CHECK(narrow_hd64("image2d"));
+  CHECK(narrow_hd64("block_table"));
+  CHECK_FALSE(narrow_hd64("causal"));
+  CHECK_FALSE(narrow_hd64("dilated"));
+  CHECK_FALSE(narrow_hd64("sliding"));
+  CHECK_FALSE(narrow_hd64("longformer"));
+  CHECK_FALSE(narrow_hd64("runtime_window"));
+  CHECK_FALSE(narrow_hd64("head_windows"));
+  CHECK_FALSE(narrow_hd64("random_bits"));
+  CHECK_FALSE(narrow_hd64("causal_periodic"));
 
   // The probe itself: causal's computed elements at 64 and 128 keys per tile, 64 queries.
   Result<Variant> causal = lower_mask(module, "causal");

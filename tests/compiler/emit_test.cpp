@@ -433,10 +433,14 @@ TEST_CASE("float params, arrays and conversions in a mask", "[emit][float]") {
                                    "    const bool t4 = (t3 > fj::bits_to_float(p.scalar[2]));\n"
                                    "    const bool t5 = (t0 & t4);\n"
                                    "    return t5;\n"));
-  CHECK_THAT(code, Catch::Contains("    const fj::Interval t0 = fj::ival::load_int(p.array[0], "
-                                   "fj::Interval::point(b), q);\n"));
-  CHECK_THAT(code, Catch::Contains("    const fj::FloatInterval t3 = fj::fival::load_float("
-                                   "p.array[1], fj::Interval::point(h), fj::Interval::point(0));\n"
+  // Interval reads take the form of their array's summary axis (kArraySummaryAxes: this
+  // variant declares no arrays, so VariantBase's, none).
+  CHECK_THAT(code,
+             Catch::Contains("    const fj::Interval t0 = fj::ival::load_int<"
+                             "kArraySummaryAxes[0]>(p.array[0], fj::Interval::point(b), q);\n"));
+  CHECK_THAT(code, Catch::Contains("    const fj::FloatInterval t3 = fj::fival::load_float<"
+                                   "kArraySummaryAxes[1]>(p.array[1], fj::Interval::point(h), "
+                                   "fj::Interval::point(0));\n"
                                    "    const fj::Interval t4 = fj::ival::sub(q, kv);\n"
                                    "    const fj::FloatInterval t5 = fj::fival::from_int(t4);\n"
                                    "    const fj::FloatInterval t6 = fj::fival::mul(t3, t5);\n"

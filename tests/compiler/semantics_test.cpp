@@ -794,7 +794,8 @@ TEST_CASE("float intervals are tight where they can be", "[interval][float]") {
   CHECK((s.lo == 0.0f && s.hi == 1.0f && s.nan));
 }
 
-TEST_CASE("array reads: out of range is 0, intervals read points only", "[semantics]") {
+TEST_CASE("array reads: out of range is 0, intervals read a few elements or are unbounded",
+          "[semantics]") {
   const int32_t ints[] = {1, 2, 3, 4, 5, 6};  // 2 rows of 3, row stride 3
   const float floats[] = {0.5f, -1.5f, 2.5f};
   const fj::ArrayParam int_array{ints, 2, 3, 3, 0};
@@ -816,15 +817,67 @@ TEST_CASE("array reads: out of range is 0, intervals read points only", "[semant
   const ir::IntervalValue outside =
       ir::load(int_array, ir::Type::Int, fj::Interval::point(7), fj::Interval::point(1));
   CHECK((outside.ints.lo == 0 && outside.ints.hi == 0));
+  // Up to fj::detail::kSmallReadElements (8) elements: the hull of those read, with 0 where the
+  // ranges reach past the array.
   const ir::IntervalValue range =
       ir::load(int_array, ir::Type::Int, fj::Interval::range(0, 1), fj::Interval::point(1));
-  CHECK((range.ints.lo == kMin && range.ints.hi == kMax));
+  CHECK((range.ints.lo == 2 && range.ints.hi == 5));
+  const ir::IntervalValue block =
+      ir::load(int_array, ir::Type::Int, fj::Interval::range(0, 1), fj::Interval::range(1, 2));
+  CHECK((block.ints.lo == 2 && block.ints.hi == 6));
+  const ir::IntervalValue past =
+      ir::load(int_array, ir::Type::Int, fj::Interval::range(1, 3), fj::Interval::range(1, 2));
+  CHECK((past.ints.lo == 0 && past.ints.hi == 6));
+  const ir::IntervalValue before =
+      ir::load(int_array, ir::Type::Int, fj::Interval::point(1), fj::Interval::range(-2, 0));
+  CHECK((before.ints.lo == 0 && before.ints.hi == 4));
+  // More elements than that: every int32, without reading (a row range of 3 by 3 columns).
+  const ir::IntervalValue wide =
+      ir::load(int_array, ir::Type::Int, fj::Interval::range(0, 2), fj::Interval::range(0, 2));
+  CHECK((wide.ints.lo == kMin && wide.ints.hi == kMax));
+  const ir::IntervalValue huge =
+      ir::load(int_array, ir::Type::Int, fj::Interval::point(0), fj::Interval::range(kMin, kMax));
+  CHECK((huge.ints.lo == kMin && huge.ints.hi == kMax));
   const ir::IntervalValue float_point =
       ir::load(float_array, ir::Type::Float, fj::Interval::point(2), fj::Interval::point(0));
   CHECK(
       (float_point.floats.lo == 2.5f && float_point.floats.hi == 2.5f && !float_point.floats.nan));
-  CHECK(ir::load(float_array, ir::Type::Float, fj::Interval::range(0, 2), fj::Interval::point(0))
+  const ir::IntervalValue float_range =
+      ir::load(float_array, ir::Type::Float, fj::Interval::range(0, 2), fj::Interval::point(0));
+  CHECK(
+      (float_range.floats.lo == -1.5f && float_range.floats.hi == 2.5f && !float_range.floats.nan));
+  const ir::IntervalValue float_past =
+      ir::load(float_array, ir::Type::Float, fj::Interval::range(1, 4), fj::Interval::point(0));
+  CHECK((float_past.floats.lo == -1.5f && float_past.floats.hi == 2.5f && !float_past.floats.nan));
+  const float nans[] = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  const fj::ArrayParam nan_array{nans, 2, 1, 1, 0};
+  const ir::IntervalValue with_nan =
+      ir::load(nan_array, ir::Type::Float, fj::Interval::range(0, 1), fj::Interval::point(0));
+  CHECK((with_nan.floats.lo == 1.0f && with_nan.floats.hi == 1.0f && with_nan.floats.nan));
+  CHECK(ir::load(float_array, ir::Type::Float, fj::Interval::range(0, 9), fj::Interval::point(0))
             .floats.nan);
+
+  // Sound on random ranges in and around a 4 x 5 array: every element read lies in the interval.
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int32_t> value(-50, 50), index(-3, 7);
+  std::vector<int32_t> cells(20);
+  for (int32_t& cell : cells)
+    cell = value(rng);
+  const fj::ArrayParam grid{cells.data(), 4, 5, 5, 0};
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int32_t r0 = index(rng), r1 = r0 + index(rng) % 4, c0 = index(rng),
+                  c1 = c0 + index(rng) % 4;
+    if (r1 < r0 || c1 < c0) continue;
+    const fj::Interval hull =
+        fj::ival::load_int(grid, fj::Interval::range(r0, r1), fj::Interval::range(c0, c1));
+    for (int32_t r = r0; r <= r1; ++r) {
+      for (int32_t c = c0; c <= c1; ++c) {
+        const int32_t read = ir::load(grid, ir::Type::Int, r, c).i;
+        INFO(r0 << ".." << r1 << " x " << c0 << ".." << c1 << " at " << r << ", " << c);
+        REQUIRE((hull.lo <= read && read <= hull.hi));
+      }
+    }
+  }
 }
 
 }  // namespace

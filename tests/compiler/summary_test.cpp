@@ -318,19 +318,33 @@ TEST_CASE("a read over positions without a usable summary is unbounded", "[summa
   // Both indices ranges.
   CHECK(fj::ival::load_int(doc.param(), fj::Interval::range(0, 1), fj::Interval::range(2, 3)).hi ==
         kMax);
-  // No summary at all.
+  // No summary at all: a few elements are read (the form of arrays without a position axis),
+  // more are unbounded.
   fj::ArrayParam bare = doc.param();
   bare.summary = nullptr;
+  const fj::Interval both =
+      fj::ival::load_int(bare, fj::Interval::range(0, 1), fj::Interval::range(2, 3));
+  CHECK((both.lo == 2 && both.hi == 3));
   const fj::Interval unbounded =
-      fj::ival::load_int(bare, fj::Interval::point(0), fj::Interval::range(2, 3));
+      fj::ival::load_int(bare, fj::Interval::point(0), fj::Interval::range(2, 30));
   CHECK((unbounded.lo == kMin && unbounded.hi == kMax));
+  // The generated hooks' forms, by the axis the code generator knows.
+  CHECK(fj::ival::load_int<fj::kSummaryCols>(doc.param(), fj::Interval::range(0, 1),
+                                             fj::Interval::range(2, 3))
+            .hi == kMax);
+  const fj::Interval read = fj::ival::load_int<fj::kSummaryNone>(
+      doc.param(), fj::Interval::range(0, 1), fj::Interval::range(2, 3));
+  CHECK((read.lo == 2 && read.hi == 3));
   const Summarised floats(1, 40, fj::kSummaryRows, true, 0,
                           [&](int32_t, int32_t position) { return bits_of(position * 0.5f); });
   fj::ArrayParam bare_floats = floats.param();
   bare_floats.summary = nullptr;
   const fj::FloatInterval all =
-      fj::fival::load_float(bare_floats, fj::Interval::range(0, 3), fj::Interval::point(0));
+      fj::fival::load_float(bare_floats, fj::Interval::range(0, 30), fj::Interval::point(0));
   CHECK((all.nan && all.lo == -kInf && all.hi == kInf));
+  const fj::FloatInterval few =
+      fj::fival::load_float(bare_floats, fj::Interval::range(0, 3), fj::Interval::point(0));
+  CHECK((!few.nan && few.lo == 0.0f && few.hi == 1.5f));
   // The summarised direction: [0.0, 1.5].
   const fj::FloatInterval bounded =
       fj::fival::load_float(floats.param(), fj::Interval::range(0, 3), fj::Interval::point(0));

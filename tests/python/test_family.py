@@ -306,6 +306,8 @@ class TilesTest(unittest.TestCase):
         self.assertEqual(W.key_tile(128, 1, True), 128)
         self.assertEqual(W.key_tile(128, 1, False), 64)
         self.assertEqual(W.key_tile(128, 1, True, kv_fp8=True), 64)
+        self.assertEqual(W.key_tile(64, 7, False, narrow_hd64=True), 64)
+        self.assertEqual(W.key_tile(128, 1, True, narrow_hd64=True), 128)
         self.assertEqual(W.key_tile(128, 35, True), 64)
         self.assertEqual(W.key_tile(256, 1, True), 64)
 

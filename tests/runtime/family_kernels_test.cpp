@@ -23,10 +23,11 @@ using flexjit::testing::compile_with_report;
 using flexjit::testing::PtxasReport;
 
 // Kernels of the family that spill (issue 29): each must still spill, so that the list shrinks.
+// (bigbird's and random_bits' sm_90a kernels at head dims 64 and 256 stopped spilling when their
+// tables' interval reads took the form without a summary, kArraySummaryAxes.)
 const std::vector<std::string> kKnownSpills = {
-    "prefill_image2d_hd256_bf16_page16_sm80",     "prefill_longformer_hd256_bf16_page16_sm80",
-    "prefill_bigbird_hd64_bf16_page16_sm90a",     "prefill_bigbird_hd256_bf16_page16_sm90a",
-    "prefill_random_bits_hd64_bf16_page16_sm90a", "prefill_random_bits_hd256_bf16_page16_sm90a",
+    "prefill_image2d_hd256_bf16_page16_sm80",
+    "prefill_longformer_hd256_bf16_page16_sm80",
     "prefill_causal_t5_hd64_bf16_page16_sm90a",
 };
 

@@ -637,8 +637,9 @@ def emitted_key_tile(cli, mask_file, w):
         return None
     operations = re.search(r"kElementOperations = (\d+);", done.stdout)
     wide = re.search(r"kWideKeyTiles = true;", done.stdout) is not None
+    narrow_hd64 = re.search(r"kNarrowKeyTilesHd64 = true;", done.stdout) is not None
     return W.key_tile(w.head_dim, int(operations.group(1)) if operations else 0, wide,
-                      w.kv_dtype == "fp8")
+                      w.kv_dtype == "fp8", narrow_hd64)
 
 
 def hints_tiles(cli, mask_file, w, tile_k):

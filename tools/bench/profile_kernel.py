@@ -12,6 +12,7 @@ FLEXJIT_LIBRARY set, in one device call, alternating their order.
 """
 
 import argparse
+import dataclasses
 import pathlib
 import statistics
 import sys
@@ -32,6 +33,8 @@ def main(argv=None):
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--launches", type=int, default=5)
     parser.add_argument("--masks", default=None, help="mask file (default: each workload's)")
+    parser.add_argument("--head-dim", type=int, default=None,
+                        help="run the workloads at this head dim instead of their own")
     args = parser.parse_args(argv)
 
     known = {w.name: w for w in W.workloads()}
@@ -40,7 +43,10 @@ def main(argv=None):
         parser.error(f"no workload {missing[0]!r}")
     ctx = flexjit.Context()
     for name in args.workload:
-        profile(ctx, known[name], args)
+        w = known[name]
+        if args.head_dim is not None:
+            w = dataclasses.replace(w, name=f"{w.name}@hd{args.head_dim}", head_dim=args.head_dim)
+        profile(ctx, w, args)
 
 
 def profile(ctx, w, args):

@@ -597,13 +597,14 @@ def brute_force_pairs(workload):
     return total // len(heads) if total % len(heads) == 0 else total / len(heads)
 
 
-def key_tile(head_dim, element_operations, wide_key_tiles, kv_fp8=False):
+def key_tile(head_dim, element_operations, wide_key_tiles, kv_fp8=False, narrow_hd64=False):
     """Keys per K/V tile of flexjit's Hopper prefill kernel: wgmma_block_n of
     templates/kernel_args.cuh, from what `flexjit emit` writes into the variant struct
-    (kElementOperations, kWideKeyTiles)."""
+    (kElementOperations, kWideKeyTiles, kNarrowKeyTilesHd64)."""
     if element_operations > 16:
         return 64
-    if head_dim == 64 or (head_dim == 128 and wide_key_tiles and not kv_fp8):
+    if (head_dim == 64 and not narrow_hd64) or (head_dim == 128 and wide_key_tiles
+                                                 and not kv_fp8):
         return 128
     return 64
 

@@ -495,7 +495,12 @@ class StatementWriter {
     const bool is_float = op->type == ir::Type::Float;
     const char* function = intervals_ ? (is_float ? "fj::fival::load_float" : "fj::ival::load_int")
                                       : (is_float ? "fj::load_float" : "fj::load_int");
-    return fmt::format("{}(p.array[{}], {}, {})", function, op->slot, operands[0], operands[1]);
+    // Interval reads by the array's summary axis (the variant's kArraySummaryAxes): a kernel
+    // holds the code of one way to bound a read (fj_ops.cuh).
+    const std::string axis =
+        intervals_ ? fmt::format("<kArraySummaryAxes[{}]>", op->slot) : std::string();
+    return fmt::format("{}{}(p.array[{}], {}, {})", function, axis, op->slot, operands[0],
+                       operands[1]);
   }
 
   const char* type_name(ir::Type type) const {
@@ -1098,43 +1103,83 @@ class KvUniformCheck {
   std::unordered_map<const ir::ExprNode*, std::string> conditions_;
 };
 
-// Whether the Hopper kernel may take 128-key tiles at head dim 128 (kWideKeyTiles,
-// docs/hopper.md#tile-width). A wider tile halves the barriers, row-max shuffles and softmax
-// bookkeeping per MMA, but it computes more of a mask whose visible keys come in narrow bands
-// or periodic columns (a window's edges, fixed's summary columns: a 128-key tile is computed
-// where one of its 64-key halves was Empty), and an element part that loads per element holds
-// twice the loads in flight. So: no element loads, and the mask's structure computes at most
-// 1/32 more elements with 128 keys than with 64 on a probe of 4k queries and keys where every
-// runtime parameter is 0 (arrays of zeros, 4k long along q and kv, 64 along other dimensions),
-// at 16 query positions per tile: the kernel's 128 rows hold 128 / group positions, and the
-// widest GQA group (8) shows the most sparsity a 64-key tile keeps (image2d's 15-key bands
-// within 128-key image rows: equal at 64 positions per tile, half Empty at 16 or 32). A mask that
-// shows nothing there (its structure is in its parameters: a runtime window of 0) keeps the narrow
-// tile.
-bool wide_key_tiles(const Variant& variant, const ir::Expr& mask, bool element_load) {
-  if (element_load) return false;
+// Elements that tiles of 64 and of 128 keys compute of `mask` (MaskAnalysis::computed_elements)
+// on a probe of 4k queries and keys where every runtime parameter is `value` (arrays filled with
+// it, 4k long along q and kv, 64 along other dimensions; a float's is value.0), at 16 query
+// positions per tile: the kernel's 128 rows hold 128 / group positions, and the widest GQA group
+// (8) shows the most sparsity a 64-key tile keeps (image2d's 15-key bands within 128-key image
+// rows: equal at 64 positions per tile, half Empty at 16 or 32).
+struct ProbedElements {
+  int64_t narrow = 0, wide = 0;
+  // Whether 128-key tiles compute more than `num / den` times what 64-key tiles do; false where
+  // the probe shows nothing (its structure is in its parameters: a runtime window of 0).
+  bool wide_exceeds(int64_t num, int64_t den) const {
+    return narrow > 0 && wide * den > narrow * num;
+  }
+};
+ProbedElements probe_key_tiles(const Variant& variant, const ir::Expr& mask, int32_t value) {
   constexpr int32_t kProbe = 4096, kRows = 16, kOtherDim = 64;
+  const auto bits = [&](dsl::Type type) {
+    return type == dsl::Type::Float ? std::bit_cast<int32_t>(static_cast<float>(value)) : value;
+  };
   std::vector<HostArray> arrays;
   for (const RuntimeParam& array : variant.arrays) {
-    HostArray zeros;
+    HostArray filled;
     std::vector<int32_t> dims;
     for (const std::string& dim : array.dims)
       dims.push_back(dim == "q" || dim == "kv" ? kProbe : kOtherDim);
-    zeros.rows = dims.empty() ? 0 : dims[0];
-    zeros.cols = dims.size() > 1 ? dims[1] : 1;
+    filled.rows = dims.empty() ? 0 : dims[0];
+    filled.cols = dims.size() > 1 ? dims[1] : 1;
     // Two position dimensions (bits[q, kv]) would be 64M elements: left empty (unknown).
-    if (int64_t{zeros.rows} * zeros.cols > int64_t{kProbe} * kOtherDim) zeros.rows = zeros.cols = 0;
-    zeros.bits.assign(static_cast<size_t>(zeros.rows) * zeros.cols, 0);
-    arrays.push_back(std::move(zeros));
+    if (int64_t{filled.rows} * filled.cols > int64_t{kProbe} * kOtherDim) {
+      filled.rows = filled.cols = 0;
+    }
+    filled.bits.assign(static_cast<size_t>(filled.rows) * filled.cols, bits(array.type));
+    arrays.push_back(std::move(filled));
+  }
+  std::vector<int32_t> scalars(variant.scalars.size(), value);
+  for (const RuntimeParam& scalar : variant.scalars) {
+    if (scalar.slot >= 0 && static_cast<size_t>(scalar.slot) < scalars.size()) {
+      scalars[scalar.slot] = bits(scalar.type);
+    }
   }
   Variant structure = variant;
   structure.mask = mask;
-  const HostParams params(structure, std::vector<int32_t>(variant.scalars.size(), 0),
-                          std::move(arrays));
+  const HostParams params(structure, std::move(scalars), std::move(arrays));
   const MaskAnalysis analysis(structure);
-  const int64_t narrow = analysis.computed_elements(kProbe, kRows, 64, &params.params());
-  const int64_t wide = analysis.computed_elements(kProbe, kRows, 128, &params.params());
-  return narrow > 0 && wide * 32 <= narrow * 33;
+  return {analysis.computed_elements(kProbe, kRows, 64, &params.params()),
+          analysis.computed_elements(kProbe, kRows, 128, &params.params())};
+}
+
+// The Hopper kernel's keys per K/V tile (docs/hopper.md#tile-width). A wider tile halves the
+// barriers, row-max shuffles and softmax bookkeeping per MMA, but it computes more of a mask
+// whose visible keys come in narrow bands or periodic columns (a window's edges, fixed's summary
+// columns: a 128-key tile is computed where one of its 64-key halves was Empty), and an element
+// part that loads per element holds twice the loads in flight, in more Partial tiles.
+//
+// Head dim 128 (kWideKeyTiles, 64 keys by default): 128 keys where nothing loads per element
+// and the mask computes at most 1/32 more elements with them on the probe at 0.
+//
+// Head dim 64 (kNarrowKeyTilesHd64, 128 keys by default): there a 64-key tile's bookkeeping
+// costs about as much as its MMAs, so 64 keys only where 128 compute more than 1/4 more, on the
+// probe at 0 and on the probe at 1024 too (a runtime window of 0 shows only the diagonal, which
+// a window a model would use does not: sliding, head windows and R-SWA ran 3-14% slower at 64
+// keys), or where the element part loads and they compute more than 1/32 more (BigBird's block
+// table: 64 keys made it 2.1 times faster, random bits' 4% slower). H200, page 16, 8k:
+// strided 0.92 -> 0.62 ms, fixed 1.18 -> 0.77, image2d 0.66 -> 0.56 at 64 keys; dilated (1.06
+// times the elements) and longformer (1.11) 0-4% slower (bench/history/2026-11-29-hd64-tiles.md).
+KeyTileHints key_tile_width(const Variant& variant, const ir::Expr& mask, bool element_load,
+                            int element_operations) {
+  KeyTileHints hints;
+  hints.element_operations = element_operations;
+  const ProbedElements at_zero = probe_key_tiles(variant, mask, 0);
+  hints.wide_key_tiles = !element_load && at_zero.narrow > 0 && !at_zero.wide_exceeds(33, 32);
+  if (element_load) {
+    hints.narrow_key_tiles_hd64 = at_zero.wide_exceeds(33, 32);
+  } else if (at_zero.wide_exceeds(5, 4)) {
+    hints.narrow_key_tiles_hd64 = probe_key_tiles(variant, mask, 1024).wide_exceeds(5, 4);
+  }
+  return hints;
 }
 
 // A score's loads count as per element unless its term is key-uniform where it can be
@@ -1144,8 +1189,8 @@ KeyTileHints key_tile_hints_of(const Variant& variant, const ir::Expr& mask,
                                bool score_kv_uniform) {
   const bool element_load =
       mask_hook.element_load() || (score_hook.element_load() && !score_kv_uniform);
-  return {mask_hook.element_operations() + score_hook.element_operations(),
-          wide_key_tiles(variant, mask, element_load)};
+  return key_tile_width(variant, mask, element_load,
+                        mask_hook.element_operations() + score_hook.element_operations());
 }
 
 // Whether a variant's score takes score_kv_uniform (KvUniformCheck).
@@ -1201,9 +1246,23 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
            false);
   constant("bool", "kRolledMask", mask_hook.element_loop(), false);
   constant("bool", "kWideKeyTiles", key_tile.wide_key_tiles, false);
+  constant("bool", "kNarrowKeyTilesHd64", key_tile.narrow_key_tiles_hd64, false);
   constant("bool", "kKeyTermsLoop", mask_hook.key_terms_loop() || score_hook.key_terms_loop(),
            false);
   constant("bool", "kScoreKvUniform", uniform, false);
+  // Each array's summary axis (host_params.h), by slot: which bound the interval reads take.
+  std::vector<int> axes(fj::kMaxArrayParams, fj::kSummaryNone);
+  bool summarised = false;
+  for (const RuntimeParam& array : variant.arrays) {
+    if (array.slot < 0 || array.slot >= fj::kMaxArrayParams) continue;
+    axes[array.slot] = static_cast<int>(summary_axis(array));
+    summarised = summarised || axes[array.slot] != fj::kSummaryNone;
+  }
+  if (summarised) {
+    constants +=
+        fmt::format("  static constexpr int kArraySummaryAxes[fj::kMaxArrayParams] = {{{}}};\n",
+                    fmt::join(axes, ", "));
+  }
 
   std::string ranges;
   if (ir::uses_variable(mask, ir::Variable::Q)) {
