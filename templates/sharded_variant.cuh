@@ -14,7 +14,9 @@
 // - kv_range: V's range of positions [lo, hi) maps back to the keys whose positions lie in it,
 //   [keys_below(lo), keys_below(hi)).
 // - A translation-invariant mask (kDiagonal) is not one over shard keys: the flag is off, and
-//   Partial tiles evaluate the mask per element. So is a key-uniform score's (kScoreKvUniform).
+//   Partial tiles evaluate the mask per element.
+// - A key-uniform score (kScoreKvUniform): V's test on the hull of the keys' positions, as
+//   classify; its term is then taken at the tile's first key, whose position its key terms hold.
 // The positions of one request are computed with its terms (mask_request_terms and
 // score_request_terms carry the request's offset and query shift), a key's position once with
 // its key terms.
@@ -66,9 +68,7 @@ struct ShardedVariant {
   static constexpr bool kNarrowKeyTilesHd64 = false;
   static constexpr bool kRolledMask = V::kRolledMask;
   static constexpr bool kKeyTermsLoop = V::kKeyTermsLoop;
-  // The score's term per element: V's score_kv_uniform tests positions, not shard keys (it
-  // could take their hull, as classify does; not done yet).
-  static constexpr bool kScoreKvUniform = false;
+  static constexpr bool kScoreKvUniform = V::kScoreKvUniform;
 
   __device__ __forceinline__ ShardMap map(int b) const {
     return ShardMap{offsets != nullptr ? __ldg(offsets + b) : 0,
@@ -162,6 +162,15 @@ struct ShardedVariant {
     const ShardMap m = map(b);
     return inner.classify(p, b, h, q0 + m.q_shift, q1 + m.q_shift, position(m, k0),
                           position(m, k1 - 1) + 1);
+  }
+  // Whether V's score term is one value over the positions of shard keys `kv` (their hull) for
+  // the query rows `q` (local, shifted as classify's) and heads `h`.
+  __device__ __forceinline__ bool score_kv_uniform(const MaskParams& p, int b, Interval h,
+                                                   Interval q, Interval kv) const {
+    const ShardMap m = map(b);
+    return inner.score_kv_uniform(p, b, h, Interval::range(q.lo + m.q_shift, q.hi + m.q_shift),
+                                  Interval::range(position(m, static_cast<int>(kv.lo)),
+                                                  position(m, static_cast<int>(kv.hi))));
   }
   // Shard keys [lo, hi) whose positions V's kv_range allows queries [q0, q1).
   __device__ __forceinline__ KvRange kv_range(const MaskParams& p, int b, int h, int q0,

@@ -14,13 +14,16 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "check/paged_check.h"
 #include "check/paged_inputs.h"
+#include "check/shard_check.h"
 #include "fixture.h"
 #include "flexjit/flexjit.h"
+#include "shard_check_asserts.h"
 
 namespace {
 
@@ -88,47 +91,58 @@ std::vector<flexjit::HostArray> family_arrays(const std::string& path, const fj_
   return result;
 }
 
+// The family's program with the test's constants: small enough that windows, strides, image
+// rows and blocks end inside the batch.
+struct Family {
+  std::string path = flexjit::testing::source_path("tools/bench/family.mask");
+  std::unique_ptr<fj_program, fj_status (*)(fj_program*)> program{nullptr, fj_program_destroy};
+  std::vector<std::string> names;
+  int32_t num_params = 0;
+  int32_t window_slot = -1;
+
+  Family() {
+    fj_program* created = nullptr;
+    REQUIRE(fj_program_create_from_file(fixture().context, path.c_str(), &created) == FJ_SUCCESS);
+    program.reset(created);
+    REQUIRE(fj_program_param_count(created, &num_params) == FJ_SUCCESS);
+    REQUIRE(fj_program_param_slot(created, "window", &window_slot) == FJ_SUCCESS);
+    names = declared_names(path);
+    REQUIRE(names.size() >= 10);
+  }
+
+  // A decode, a chunk after cached context, a whole prompt of several query tiles, a chunk that
+  // starts a sequence.
+  flexjit::PagedCheckConfig config(const std::string& name, int head_dim, int index) const {
+    const std::pair<int, int> heads[] = {{4, 4}, {8, 2}, {6, 1}};  // groups 1, 4 and 6
+    flexjit::PagedCheckConfig config;
+    config.mask = name;
+    config.defines = {{"dilated_window", "100"}, {"stride", "16"},      {"summary", "4"},
+                      {"image_width", "16"},     {"image_radius", "2"}, {"longformer_radius", "40"},
+                      {"bigbird_block", "16"},   {"t5_distances", "32"}};
+    config.dtype = index % 2 == 0 ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
+    config.head_dim = head_dim;
+    config.page_size = index % 3 == 0 ? 64 : 16;
+    std::tie(config.num_heads, config.num_kv_heads) = heads[index % 3];
+    config.query_lens = {1, 7, 300, 129};
+    config.context_lens = {700, 50, 0, 200};
+    config.params.assign(num_params, 0);
+    config.params[window_slot] = 100;
+    config.seed = 5000 + index;
+    config.compare_cpu = true;
+    if (name == "random_bits") config.arrays = family_arrays(path, program.get(), config);
+    return config;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("the element-wise family matches the reference", "[gpu][family]") {
-  const std::string path = flexjit::testing::source_path("tools/bench/family.mask");
-  fj_program* program = nullptr;
-  REQUIRE(fj_program_create_from_file(fixture().context, path.c_str(), &program) == FJ_SUCCESS);
-  const std::unique_ptr<fj_program, fj_status (*)(fj_program*)> owned(program, fj_program_destroy);
-  int32_t num_params = 0;
-  REQUIRE(fj_program_param_count(program, &num_params) == FJ_SUCCESS);
-  int32_t window_slot = -1;
-  REQUIRE(fj_program_param_slot(program, "window", &window_slot) == FJ_SUCCESS);
-
-  const std::vector<std::string> names = declared_names(path);
-  REQUIRE(names.size() >= 10);
-  // Constants small enough that windows, strides, image rows and blocks end inside the batch.
-  const std::vector<std::pair<std::string, std::string>> defines = {
-      {"dilated_window", "100"}, {"stride", "16"},      {"summary", "4"},
-      {"image_width", "16"},     {"image_radius", "2"}, {"longformer_radius", "40"},
-      {"bigbird_block", "16"},   {"t5_distances", "32"}};
-  const std::pair<int, int> heads[] = {{4, 4}, {8, 2}, {6, 1}};  // groups 1, 4 and 6
+  const Family family;
   int index = 0;
-  for (const std::string& name : names) {
+  for (const std::string& name : family.names) {
     for (const int head_dim : {64, 128, 256}) {
-      ++index;
-      flexjit::PagedCheckConfig config;
-      config.mask = name;
-      config.defines = defines;
-      config.dtype = index % 2 == 0 ? FJ_DTYPE_BF16 : FJ_DTYPE_FP16;
-      config.head_dim = head_dim;
-      config.page_size = index % 3 == 0 ? 64 : 16;
-      std::tie(config.num_heads, config.num_kv_heads) = heads[index % 3];
-      // A decode, a chunk after cached context, a whole prompt of several query tiles, a chunk
-      // that starts a sequence.
-      config.query_lens = {1, 7, 300, 129};
-      config.context_lens = {700, 50, 0, 200};
-      config.params.assign(num_params, 0);
-      config.params[window_slot] = 100;
-      config.seed = 5000 + index;
-      config.compare_cpu = true;
-      if (name == "random_bits") config.arrays = family_arrays(path, program, config);
-      auto report = flexjit::run_paged_check(fixture().context, program, config);
+      const flexjit::PagedCheckConfig config = family.config(name, head_dim, ++index);
+      auto report = flexjit::run_paged_check(fixture().context, family.program.get(), config);
       INFO(name << " head dim " << head_dim << ": "
                 << (report ? std::string() : report.error().message));
       REQUIRE(report.ok());
@@ -136,5 +150,49 @@ TEST_CASE("the element-wise family matches the reference", "[gpu][family]") {
       CHECK(report->visible_pairs > 0);
       flexjit::testing::require_correct(config, *report);
     }
+  }
+}
+
+// Context parallelism (docs/context_parallel.md) over the family: each mask's keys dealt into
+// 2-4 shards, interleaved or contiguous, the states merged, against the reference and the
+// unsharded call. The sharded kernels hand the hooks positions, not shard keys: the diagonal
+// evaluation is off, and a key-uniform score (causal + t5) tests the hull of a tile's positions.
+TEST_CASE("the element-wise family in sharded calls merges into the unsharded result",
+          "[gpu][family]") {
+  const Family family;
+  const int interleaves[] = {1, 16, 64};
+  int index = 0;
+  for (const std::string& name : family.names) {
+    ++index;
+    const int head_dim = index % 2 == 0 ? 64 : 128;
+    const flexjit::PagedCheckConfig config = family.config(name, head_dim, index);
+    flexjit::ShardCheckConfig shards;
+    shards.count = 2 + index % 3;
+    shards.layout =
+        index % 4 == 3 ? flexjit::ShardLayout::Contiguous : flexjit::ShardLayout::Interleaved;
+    shards.interleave = interleaves[index % 3];
+    shards.seed = config.seed;
+    INFO(
+        fmt::format("{} hd{}: {} shards, {} {}", name, head_dim, shards.count,
+                    shards.layout == flexjit::ShardLayout::Contiguous ? "contiguous" : "interleave",
+                    shards.interleave));
+    auto report = flexjit::run_shard_check(fixture().context, family.program.get(), config, shards);
+    INFO((report ? std::string() : report.error().message));
+    REQUIRE(report.ok());
+    flexjit::testing::require_correct(config, report->merged);
+    flexjit::testing::check_against_unsharded(config, *report);
+  }
+  // causal + t5 at both head dims whatever the rotation above gave it.
+  for (const int head_dim : {64, 128}) {
+    const flexjit::PagedCheckConfig config = family.config("causal_t5", head_dim, ++index);
+    flexjit::ShardCheckConfig shards;
+    shards.count = 3;
+    shards.interleave = 16;
+    shards.seed = config.seed;
+    auto report = flexjit::run_shard_check(fixture().context, family.program.get(), config, shards);
+    INFO("causal_t5 hd" << head_dim << ": " << (report ? std::string() : report.error().message));
+    REQUIRE(report.ok());
+    flexjit::testing::require_correct(config, report->merged);
+    flexjit::testing::check_against_unsharded(config, *report);
   }
 }

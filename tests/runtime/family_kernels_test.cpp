@@ -73,3 +73,31 @@ TEST_CASE("the element-wise family's kernels hold no local arrays and spill only
   }
   CHECK(spilling == static_cast<int>(kKnownSpills.size()));
 }
+
+// Context parallelism's sharded kernels of the key-uniform score (causal + t5): ShardedVariant
+// forwards score_kv_uniform over the hull of a tile's positions, and the kernels stay clean.
+TEST_CASE("the sharded causal + t5 kernels take the key-uniform score and compile clean",
+          "[family-compile][shard]") {
+  std::vector<flexjit::dsl::Diagnostic> diagnostics;
+  const flexjit::dsl::Module module =
+      flexjit::testing::parse_source_file("tools/bench/family.mask", diagnostics);
+  REQUIRE_FALSE(flexjit::dsl::has_errors(diagnostics));
+  flexjit::VariantSelection selection;
+  selection.name = "causal_t5";
+  auto variant = flexjit::lower_variant(module, selection);
+  REQUIRE(variant.ok());
+  for (const int head_dim : {64, 128}) {
+    flexjit::PrefillKernelConfig config;
+    config.head_dim = head_dim;
+    config.arch = "sm_90a";
+    config.kv_sharded = true;
+    const flexjit::KernelSpec spec = flexjit::prefill_kernel_spec(*variant, config);
+    CHECK(spec.source.find("static constexpr bool kScoreKvUniform = true;") != std::string::npos);
+    CHECK(spec.source.find("fj::ShardedVariant<") != std::string::npos);
+    const PtxasReport report = compile_with_report(spec);
+    INFO(spec.name << "\n" << report.log);
+    CHECK_FALSE(report.resources.wgmma_serialized);
+    CHECK_FALSE(flexjit::testing::holds_local_array(report.resources));
+    CHECK(report.resources.spill_store_bytes == 0);
+  }
+}
