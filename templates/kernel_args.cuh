@@ -44,6 +44,13 @@ FJ_HD constexpr bool prefill_uses_wgmma(int head_dim, bool sm90a) {
 // head dim 128 the two stages of 128 keys take K and V rings of their own (split_kv_rings):
 // with one ring such tiles were 4-20% slower (bench/history/hopper-notes.md).
 constexpr int kWgmmaWideTileOperations = 16;
+// Whether a variant may take 128-key tiles at `head_dim` (wgmma_block_n's `wide`), from its
+// kWideKeyTiles and kNarrowKeyTilesHd64 (emit_cuda.cpp, key_tile_width). The kernel and the host,
+// which lists a kernel's fallback builds by it (kernel_source.cpp), both ask here.
+FJ_HD constexpr bool wgmma_wide_allowed(int head_dim, bool wide_key_tiles,
+                                        bool narrow_key_tiles_hd64) {
+  return head_dim == 64 ? !narrow_key_tiles_hd64 : wide_key_tiles;
+}
 FJ_HD constexpr int wgmma_block_n(int head_dim, int element_operations = 0, bool kv_fp8 = false,
                                   bool wide = true) {
   return ((head_dim == 64 && wide) || (head_dim == 128 && wide && !kv_fp8)) &&

@@ -86,9 +86,10 @@ FJ_HD constexpr bool split_kv_rings(int stages, bool kv_fp8) {
 // Keys per K/V tile of a variant's kernel (wgmma_block_n).
 template <class Variant, int kHeadDim, bool kKvFp8>
 FJ_HD constexpr int wgmma_variant_block_n() {
-  return wgmma_block_n(kHeadDim, Variant::kElementOperations, kKvFp8,
-                       (kHeadDim == 64 ? !Variant::kNarrowKeyTilesHd64 : Variant::kWideKeyTiles) &&
-                           FJ_WGMMA_NARROW_KEY_TILES == 0);
+  return wgmma_block_n(
+      kHeadDim, Variant::kElementOperations, kKvFp8,
+      wgmma_wide_allowed(kHeadDim, Variant::kWideKeyTiles, Variant::kNarrowKeyTilesHd64) &&
+          FJ_WGMMA_NARROW_KEY_TILES == 0);
 }
 
 // Where the key terms read arrays (Variant::kKeyTermsLoad: doc[b, kv]) or hold a loop

@@ -129,7 +129,8 @@ KernelSpec prefill_kernel_spec(const Variant& variant_ir, const PrefillKernelCon
       return fj::wgmma_block_n(config.head_dim, hints.element_operations, config.kv_fp8, wide);
     };
     if (!config.kv_sharded && config.head_dim != 64 &&
-        block_n(hints.wide_at(config.head_dim)) != block_n(false)) {
+        block_n(fj::wgmma_wide_allowed(config.head_dim, hints.wide_key_tiles,
+                                       hints.narrow_key_tiles_hd64)) != block_n(false)) {
       const std::string narrow = "-DFJ_WGMMA_NARROW_KEY_TILES=1";
       spec.fallbacks = {{narrow}, {narrow, producer_range}};
     } else {

@@ -152,15 +152,11 @@ class MaskAnalysis {
 // K/V tile (wgmma_block_n, templates/kernel_args.cuh): kElementOperations, the element parts'
 // operation count; kWideKeyTiles, whether the variant may take 128-key tiles at head dim 128;
 // kNarrowKeyTilesHd64, whether it keeps 64-key tiles at head dim 64 (docs/hopper.md#tile-width).
-// For the host, which lists a kernel's fallback builds by them.
+// For the host, which lists a kernel's fallback builds by them (wgmma_wide_allowed).
 struct KeyTileHints {
   int element_operations = 0;
   bool wide_key_tiles = false;
   bool narrow_key_tiles_hd64 = false;
-  // Whether the variant may take 128-key tiles at `head_dim` (wgmma_block_n's `wide`).
-  bool wide_at(int head_dim) const {
-    return head_dim == 64 ? !narrow_key_tiles_hd64 : wide_key_tiles;
-  }
 };
 KeyTileHints key_tile_hints(const Variant& variant);
 
