@@ -373,8 +373,19 @@ struct IsWgmmaScores<float[kAccumulators][32]> {
   static constexpr bool kValue = true;
 };
 
+// The group terms' type of a variant where a kernel computes them (kMaskGroupKeys), else an
+// empty struct (no variant's member is named).
+template <class Variant, bool kGroups>
+struct GroupTermsOf {
+  struct type {};
+};
+template <class Variant>
+struct GroupTermsOf<Variant, true> {
+  using type = typename Variant::MaskGroupTerms;
+};
+
 template <bool kFoldScale, bool kUniformScore, int kTiles, int kKeyBatch, bool kStaged,
-          class Variant, class Scores, class Window>
+          bool kTileGroups, class Variant, class Scores, class Window>
 __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
                                                     const MaskParams& params, float scale,
                                                     const ThreadRows<Variant>& rows, int key0,
@@ -402,6 +413,30 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
     for (int r = 0; r < 2; ++r) {
       uniform_term[r] = variant.score(params, 0.0f, rows.b, rows.head[r], rows.q[r], key0,
                                       score_request, rows.score_query[r], key);
+    }
+  }
+  // Group terms (Variant::kMaskGroupKeys, kTileGroups): the mask's per-element loads that read
+  // kv only through kv / G, once per row and aligned group of G keys of the tile instead of once
+  // per element. The tile's first key key0 & ~7 is a multiple of 8 kTiles, and G and 8 kTiles
+  // are powers of two, so n8 tile j lies in group 8 j / G of the tile, or the tile in one.
+  // A group that starts past the sequence takes the last key's terms (its elements are masked).
+  constexpr bool kGroups = kTileGroups && Variant::kMaskGroupKeys > 0 && !Window::kActive;
+  constexpr int kGroupKeys = kGroups ? Variant::kMaskGroupKeys : 8 * kTiles;
+  constexpr int kGroupCount = kGroupKeys < 8 * kTiles ? 8 * kTiles / kGroupKeys : 1;
+  typename GroupTermsOf<Variant, kGroups>::type group[2][kGroupCount] = {};
+  if constexpr (kGroups) {
+    if (check_elements) {
+      const int first = key0 & ~7;  // key0 less the thread's column
+      for (int g = 0; g < kGroupCount; ++g) {
+        const int kv = min(first + g * kGroupKeys, kv_end - 1);
+        const typename Variant::MaskKeyTerms key =
+            kStaged ? staged[kv - key0].mask
+                    : variant.mask_key_terms(params, rows.b, kv, mask_request);
+        for (int r = 0; r < 2; ++r) {
+          group[r][g] = variant.mask_group_terms(params, rows.b, rows.head[r], rows.q[r], kv,
+                                                 mask_request, rows.mask_query[r], key);
+        }
+      }
     }
   }
   const auto batch = [&](int j0) {
@@ -438,6 +473,14 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
         }
         if (Window::kActive) {
           x = window.keep(r, j * 8 + e % 2) ? x : negative_infinity();
+        } else if constexpr (kGroups) {
+          if (check_elements) {
+            const bool keep =
+                (kv < kv_end) & variant.mask(params, rows.b, rows.head[r], rows.q[r], kv,
+                                             mask_request, rows.mask_query[r], mask_key[b][e % 2],
+                                             group[r][kGroupCount > 1 ? 8 * j / kGroupKeys : 0]);
+            x = keep ? x : negative_infinity();
+          }
         } else if (check_elements && kSelectMasked<Variant>) {
           // A select, not a branch around the mask's instructions: & evaluates both sides.
           const bool keep =
@@ -486,8 +529,8 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
 // Partial tile inside the sequence of a kDiagonal mask) the mask's values are its bits.
 // A variant with score_kv_uniform (Variant::kScoreKvUniform) asks it for the thread's rows and
 // keys; where it holds, the score's parts are computed once per row (kUniformScore).
-template <int kTiles, int kKeyBatch = 1, bool kStaged = false, class Variant, class Scores,
-          class Window = NoDiagonalWindow>
+template <int kTiles, int kKeyBatch = 1, bool kStaged = false, bool kTileGroups = false,
+          class Variant, class Scores, class Window = NoDiagonalWindow>
 __device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
                                                float scale, const ThreadRows<Variant>& rows,
                                                int key0, int kv_end, bool check_elements, Scores& s,
@@ -500,16 +543,16 @@ __device__ __forceinline__ void score_and_mask(const Variant& variant, const Mas
     const Interval queries = Interval::range(min(rows.q[0], rows.q[1]), max(rows.q[0], rows.q[1]));
     const Interval keys = Interval::range(key0, static_cast<i64>(key0) + 8 * (kTiles - 1) + 1);
     if (variant.score_kv_uniform(params, rows.b, heads, queries, keys)) {
-      score_and_mask_impl<false, true, kTiles, kKeyBatch, kStaged>(
+      score_and_mask_impl<false, true, kTiles, kKeyBatch, kStaged, kTileGroups>(
           variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
       return;
     }
   }
   if (fold_scale<Variant>(scale)) {
-    score_and_mask_impl<true, false, kTiles, kKeyBatch, kStaged>(
+    score_and_mask_impl<true, false, kTiles, kKeyBatch, kStaged, kTileGroups>(
         variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
   } else {
-    score_and_mask_impl<false, false, kTiles, kKeyBatch, kStaged>(
+    score_and_mask_impl<false, false, kTiles, kKeyBatch, kStaged, kTileGroups>(
         variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
   }
 }

@@ -69,6 +69,8 @@ struct ShardedVariant {
   static constexpr bool kRolledMask = V::kRolledMask;
   static constexpr bool kKeyTermsLoop = V::kKeyTermsLoop;
   static constexpr bool kScoreKvUniform = V::kScoreKvUniform;
+  // No group terms: the shard map does not keep groups of keys aligned.
+  static constexpr int kMaskGroupKeys = 0;
 
   __device__ __forceinline__ ShardMap map(int b) const {
     return ShardMap{offsets != nullptr ? __ldg(offsets + b) : 0,

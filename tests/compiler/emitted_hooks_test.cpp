@@ -11,7 +11,9 @@
 // - classify() gives MaskAnalysis' class, or Partial: a chain written as a loop combines its
 //   terms without the host's narrowing, which may only lose a decision, never make one;
 // - element_bits() (templates/element_bits.cuh, the kernels' loop over a tile's elements for
-//   kRolledMask variants) holds each element's mask, key terms computed or staged.
+//   kRolledMask variants) holds each element's mask, key terms computed or staged;
+// - a mask's group terms (kMaskGroupKeys), taken at the first key of an element's aligned group
+//   of keys, give the element hook that takes them the mask's value.
 //
 // Over random launches (standard parameters, random ones, with the arrays' summaries and
 // without) and random tiles near 0, at negative positions and near the int32 ends.
@@ -46,7 +48,7 @@ using namespace testing;
 
 struct Counts {
   int64_t classes = 0, decided = 0, coarser = 0, ranges = 0, masks = 0, scores = 0, bits = 0;
-  int64_t uniform_tiles = 0, uniform_scores = 0;
+  int64_t uniform_tiles = 0, uniform_scores = 0, grouped = 0;
 };
 
 bool same_float(float a, float b) {
@@ -104,6 +106,31 @@ void check_score_uniform(const Hooks& hooks, const Tile& tile, const fj::MaskPar
   }
 }
 
+// The group terms (kMaskGroupKeys: one value per row and aligned group of G keys) taken at the
+// first key of kv's group, as score_and_mask takes them, give the element kv's mask.
+template <class Hooks>
+void check_group_terms(const Hooks& hooks, const fj::MaskParams& params, const EvalPoint& point,
+                       bool want, Counts& counts) {
+  if constexpr (Hooks::kMaskGroupKeys > 0) {
+    static_assert((Hooks::kMaskGroupKeys & (Hooks::kMaskGroupKeys - 1)) == 0 &&
+                  Hooks::kMaskGroupKeys >= 8);
+    const int32_t first = point.kv & ~(Hooks::kMaskGroupKeys - 1);  // floor to a multiple of G
+    const auto request = hooks.mask_request_terms(params, point.b);
+    const auto query = hooks.mask_query_terms(params, point.b, point.h, point.q, request);
+    const auto group =
+        hooks.mask_group_terms(params, point.b, point.h, point.q, first, request, query,
+                               hooks.mask_key_terms(params, point.b, first, request));
+    const bool got = hooks.mask(params, point.b, point.h, point.q, point.kv, request, query,
+                                hooks.mask_key_terms(params, point.b, point.kv, request), group);
+    if (got != want) {
+      FAIL("mask with group terms (" << Hooks::kMaskGroupKeys << " keys, taken at " << first
+                                     << ") at b " << point.b << " h " << point.h << " q " << point.q
+                                     << " kv " << point.kv << ": " << got);
+    }
+    ++counts.grouped;
+  }
+}
+
 template <class Hooks>
 void check_tile(const Hooks& hooks, const Variant& variant, const MaskAnalysis& analysis,
                 const Tile& tile, const fj::MaskParams& params, RandomExpr& random,
@@ -138,6 +165,7 @@ void check_tile(const Hooks& hooks, const Variant& variant, const MaskAnalysis& 
                         << ": emitted " << mask);
     }
     ++counts.masks;
+    check_group_terms(hooks, params, point, mask, counts);
     // Scores where kernels meet them: the score hook computes float(q - kv) as float(q) -
     // float(kv) (SplitPositionDifferences), equal for positions in [0, 2^24).
     const bool kernel_positions =
@@ -268,13 +296,16 @@ TEST_CASE("emitted CUDA hooks compute the evaluator's mask and score, MaskAnalys
                       << counts.coarser << " left Partial by the hooks), " << counts.ranges
                       << " kv ranges, " << counts.masks << " mask and " << counts.scores
                       << " score values, " << counts.bits << " element bits, "
-                      << counts.uniform_tiles << " key-uniform score tiles");
+                      << counts.uniform_tiles << " key-uniform score tiles, " << counts.grouped
+                      << " masks with group terms");
   CHECK(counts.decided >= counts.classes / 4);
   CHECK(counts.coarser <= counts.decided / 10);
   CHECK(counts.scores >= counts.masks / 20);
   // The family's T5 bias at least.
   CHECK(counts.uniform_tiles >= 50);
   CHECK(counts.uniform_scores == 4 * counts.uniform_tiles);
+  // The family's random_bits at least.
+  CHECK(counts.grouped >= 1000);
 }
 
 }  // namespace

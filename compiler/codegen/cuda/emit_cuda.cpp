@@ -8,6 +8,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -836,6 +837,13 @@ class VariableReads {
 // Each term is the largest such operation that a higher level reads; leaves (variables,
 // literals, param reads) stay where they are. The parts call the same fj_ops.cuh functions as
 // the whole hook would, so the values are the same.
+//
+// A mask's element part may also have group terms: the largest element operations that read
+// arrays and read kv only through kv / C (or kv >> log2 C) for powers of two C >= 8, such as
+// random_bits' `bits[q, kv / 32]`. Their value is one per row and group of G keys (G the least
+// such C) aligned to G, so a kernel whose tiles start on a multiple of their width computes
+// them once per row and group (kMaskGroupKeys, the element hook that takes MaskGroupTerms)
+// instead of loading per element; the element hook without them computes them itself.
 class SplitHook {
  public:
   // `stem` is "Mask" or "Score"; `approximate_tanh` as StatementWriter::approximate_tanh().
@@ -845,6 +853,12 @@ class SplitHook {
       terms_[level(root)].push_back(root);
     }
     collect(root);
+    // Group terms: masks only, and not beside a rolled element loop (element_bits evaluates
+    // those by the element hook without them).
+    if (stem_ == "Mask" && !element_loop_) {
+      std::unordered_set<const ir::ExprNode*> seen;
+      find_group_terms(root, seen);
+    }
     StatementWriter writers[kLevels] = {StatementWriter(false, "r_"), StatementWriter(false, "q_"),
                                         StatementWriter(false, "k_"), StatementWriter(false)};
     for (int at = 0; at < kLevels; ++at) {
@@ -872,6 +886,30 @@ class SplitHook {
     element_loop_ = writers[kElement].wrote_loop();
     key_terms_loop_ = writers[kKey].wrote_loop();
     code_[kElement] = writers[kElement].code();
+    if (!group_terms_.empty()) {
+      // The group terms read the request, query and key terms as the element part does; the
+      // element hook that takes them reads them too.
+      StatementWriter group(false, "g_");
+      StatementWriter grouped(false);
+      for (int below = 0; below < kElement; ++below) {
+        for (size_t i = 0; i < terms_[below].size(); ++i) {
+          const std::string name = fmt::format("{}.v{}", kNames[below], i);
+          group.bind(terms_[below][i], name);
+          grouped.bind(terms_[below][i], name);
+        }
+      }
+      std::vector<std::string> values;
+      for (size_t i = 0; i < group_terms_.size(); ++i) {
+        values.push_back(group.value_of(group_terms_[i]));
+        group_fields_ += fmt::format(" {} v{};", scalar_type_name(group_terms_[i].type()), i);
+        grouped.bind(group_terms_[i], fmt::format("group.v{}", i));
+      }
+      group_fields_ += " ";
+      group_code_ = group.code() +
+                    fmt::format("    return {}GroupTerms{{{}}};\n", stem_, fmt::join(values, ", "));
+      grouped_value_ = grouped.value_of(root);
+      grouped_code_ = grouped.code();
+    }
   }
 
   // The hook's definitions at the variant struct's indentation: the terms struct and function
@@ -907,8 +945,28 @@ class SplitHook {
         fmt::arg("request", request), fmt::arg("query_type", type(kQuery)),
         fmt::arg("key_type", type(kKey)), fmt::arg("element_code", code_[kElement]),
         fmt::arg("element_value", element_value_), fmt::arg("base", base));
+    if (!group_terms_.empty()) {
+      text += fmt::format(
+          "  // {stem} terms of one query row and group of {keys} keys (computed once each)\n"
+          "  struct {stem}GroupTerms {{{fields}}};\n"
+          "  __device__ __forceinline__ {stem}GroupTerms {lower}_group_terms(const fj::MaskParams& "
+          "p, int b, int h, int q, int kv, {request}, const {query_type}& query, "
+          "const {key_type}& key) const {{\n{code}  }}\n"
+          "  __device__ __forceinline__ {result} {lower}(const fj::MaskParams& p, {inputs}int b, "
+          "int h, int q, int kv, {request}, const {query_type}& query, const {key_type}& key, "
+          "const {stem}GroupTerms& group) const {{\n{element_code}    return {element_value};\n"
+          "  }}\n",
+          fmt::arg("stem", stem_), fmt::arg("keys", group_keys_), fmt::arg("fields", group_fields_),
+          fmt::arg("lower", lower_), fmt::arg("request", request),
+          fmt::arg("query_type", type(kQuery)), fmt::arg("key_type", type(kKey)),
+          fmt::arg("code", group_code_), fmt::arg("result", result), fmt::arg("inputs", inputs),
+          fmt::arg("element_code", grouped_code_), fmt::arg("element_value", grouped_value_));
+    }
     return text;
   }
+
+  // Keys per group of the group terms (a power of two, at least 8), 0 where there are none.
+  int group_keys() const { return group_terms_.empty() ? 0 : group_keys_; }
 
   // Operations the element part computes (each a statement).
   int element_operations() const { return element_operations_; }
@@ -967,9 +1025,64 @@ class SplitHook {
     }
   }
 
+  // The keys over which e's value is constant: 1 where it reads kv, C where it reads kv only
+  // through kv / C or kv >> log2 C (C a power of two, at least 8; the least such C), kNoKeys
+  // where it does not read kv. A rolled chain counts as reading kv itself.
+  static constexpr int kNoKeys = std::numeric_limits<int>::max();
+  int key_granularity(const ir::Expr& e) {
+    const auto found = granularity_.find(e.get());
+    if (found != granularity_.end()) return found->second;
+    int keys = kNoKeys;
+    if (reads_.reads(e, ir::Variable::KV)) {
+      keys = 1;
+      const bool divides = e.kind() == ir::ExprKind::Div || e.kind() == ir::ExprKind::Shr;
+      const ir::Var* var = divides ? ir::operand(e, 0).as<ir::Var>() : nullptr;
+      const ir::IntImm* by = divides ? ir::operand(e, 1).as<ir::IntImm>() : nullptr;
+      if (var != nullptr && var->variable == ir::Variable::KV && by != nullptr) {
+        const int64_t divisor =
+            e.kind() == ir::ExprKind::Div
+                ? by->value
+                : (by->value >= 3 && by->value <= 30 ? int64_t{1} << by->value : 0);
+        if (divisor >= 8 && divisor <= (int64_t{1} << 30) && (divisor & (divisor - 1)) == 0) {
+          keys = static_cast<int>(divisor);
+        }
+      } else if (e.kind() != ir::ExprKind::Var && !rolled_chain(e, kMaxUnrolledTerms)) {
+        keys = kNoKeys;
+        for (int i = 0; i < ir::operand_count(e.kind()); ++i)
+          keys = std::min(keys, key_granularity(ir::operand(e, i)));
+      }
+    }
+    granularity_.emplace(e.get(), keys);
+    return keys;
+  }
+
+  // The group terms under e (see the class comment): the first element operations from the root
+  // down that read arrays and whose key granularity is at least 8.
+  void find_group_terms(const ir::Expr& e, std::unordered_set<const ir::ExprNode*>& seen) {
+    if (ir::operand_count(e.kind()) == 0 || level(e) != kElement || !seen.insert(e.get()).second ||
+        rolled_chain(e, kMaxUnrolledTerms) || reads_.reads(e, ir::Variable::Score)) {
+      return;
+    }
+    const int keys = key_granularity(e);
+    if (keys >= 8 && keys != kNoKeys && ir::reads_arrays(e)) {
+      group_terms_.push_back(e);
+      group_keys_ = group_keys_ == 0 ? keys : std::min(group_keys_, keys);
+      return;
+    }
+    for (int i = 0; i < ir::operand_count(e.kind()); ++i)
+      find_group_terms(ir::operand(e, i), seen);
+  }
+
   std::string stem_;
   std::string lower_;
   VariableReads reads_;
+  std::unordered_map<const ir::ExprNode*, int> granularity_;
+  std::vector<ir::Expr> group_terms_;
+  int group_keys_ = 0;
+  std::string group_fields_;
+  std::string group_code_;
+  std::string grouped_code_;
+  std::string grouped_value_;
   std::unordered_set<const ir::ExprNode*> visited_;
   std::unordered_set<const ir::ExprNode*> term_set_;
   std::vector<ir::Expr> terms_[kElement];
@@ -1250,6 +1363,7 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
   constant("bool", "kKeyTermsLoop", mask_hook.key_terms_loop() || score_hook.key_terms_loop(),
            false);
   constant("bool", "kScoreKvUniform", uniform, false);
+  constant("int", "kMaskGroupKeys", mask_hook.group_keys(), 0);
   // Each array's summary axis (host_params.h), by slot: which bound the interval reads take.
   std::vector<int> axes(fj::kMaxArrayParams, fj::kSummaryNone);
   bool summarised = false;
