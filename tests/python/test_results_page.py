@@ -115,6 +115,43 @@ class PageTest(unittest.TestCase):
         self.assertIn("prefill_sliding_16k", errors.getvalue())
         self.assertNotIn("decode", errors.getvalue())  # every decode workload ran again
 
+    def test_ingest_add_joins_a_later_run_to_the_family(self):
+        # A later run of one prefill workload, added: the family keeps RUN's other rows and its
+        # provenance, the added run's rows replace the workload's, and the page names both runs.
+        later_meta = dict(META, date="2026-11-25 09:00 UTC", commit="def5678",
+                          command="bench.py --only prefill_sliding_16k")
+        for workload, ms in (("prefill_sliding_16k", 0.5), ("prefill_causal_16k", 2.0)):
+            later = {"meta": later_meta, "metadata": [{"workload": workload, "launch_us": 9.0}],
+                     "rows": [row(workload, "flexjit page 16", ms, tflops=300.0)]}
+            bench_json = pathlib.Path(self.tmp.name) / "later.json"
+            bench_json.write_text(json.dumps(later))
+            page = pathlib.Path(self.tmp.name) / "page.md"
+            errors = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+                self.assertEqual(R.main(["--results", str(self.results), "--page", str(page),
+                                         "ingest", "--add", str(bench_json)]), 0)
+            self.assertEqual(errors.getvalue(), "")
+        prefill = json.loads((self.results / "prefill.json").read_text())
+        self.assertEqual(prefill["meta"], META)
+        workloads = [r["workload"] for r in prefill["rows"]]
+        self.assertEqual(workloads.count("prefill_causal_16k"), 1)  # RUN's five rows replaced
+        self.assertEqual(workloads.count("prefill_sliding_16k"), 1)
+        self.assertEqual([(e["meta"]["commit"], e["workloads"]) for e in prefill["added"]],
+                         [("def5678", ["prefill_sliding_16k"]),
+                          ("def5678", ["prefill_causal_16k"])])
+        self.assertEqual(sorted(m["workload"] for m in prefill["metadata"]),
+                         ["prefill_causal_16k", "prefill_sliding_16k"])
+        text = page.read_text()
+        self.assertIn("prefill_sliding_16k: measured 2026-11-25 09:00 UTC", text)
+        self.assertIn("commit `abc1234`", text)
+        # A plain ingest replaces the family, the added runs with it.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            bench_json = pathlib.Path(self.tmp.name) / "run.json"
+            bench_json.write_text(json.dumps(RUN))
+            R.main(["--results", str(self.results), "--page", str(page), "ingest",
+                    str(bench_json)])
+        self.assertNotIn("added", json.loads((self.results / "prefill.json").read_text()))
+
     def test_ingest_writes_one_file_per_family(self):
         self.assertEqual(sorted(p.name for p in self.results.glob("*.json")),
                          ["compile.json", "decode.json", "elementwise.json", "mixed.json",

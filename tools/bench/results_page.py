@@ -4,12 +4,17 @@
     python3 tools/bench/results_page.py render              # bench/results/*.json -> RESULTS.md
     python3 tools/bench/results_page.py ingest BENCH_JSON   # split bench.py --json by family,
                                                             # write bench/results/, render
+    python3 tools/bench/results_page.py ingest --add BENCH_JSON  # the same, but the run's
+                                                            # workloads join (or replace theirs
+                                                            # in) the families' results
     python3 tools/bench/results_page.py compile [--bench build/bin/flexjit_bench_compile]
                                                             # run the compile benchmark, write
                                                             # bench/results/compile.json, render
 
 Every file in bench/results/ is one family of workloads from one run: {"meta", "rows",
-"metadata"} as tools/bench/bench.py writes them, plus "family". A row is one implementation on
+"metadata"} as tools/bench/bench.py writes them, plus "family"; a family whose workloads do not
+fit one device call takes the rest from later runs (`ingest --add`), each listed with its
+workloads in "added": [{"meta", "workloads"}] and on the page under the family's provenance. A row is one implementation on
 one workload: bench.py's rows ({workload, impl, ms, tflops, gbps, note, ...}; impls named
 "flexjit page N" are flexjit, every other impl is a peer of the same run) or measure rows
 ({workload, impl, measure, value, min, unit}, as the compile benchmark writes them). A family
@@ -231,6 +236,25 @@ def split_by_family(run):
         if rows:
             out[family_of(rows[0])]["metadata"].append(entry)
     return out
+
+
+def added_to(old, part):
+    """The family file `old` with the run `part`'s workloads added: their rows and metadata
+    replace old's for the same workloads, and part's meta joins old's "added" (earlier added
+    runs keep the workloads this run did not measure again)."""
+    workloads = list(dict.fromkeys(row["workload"] for row in part["rows"]))
+    new = set(workloads)
+    added = []
+    for entry in old.get("added", []):
+        kept = [w for w in entry["workloads"] if w not in new]
+        if kept:
+            added.append({"meta": entry["meta"], "workloads": kept})
+    added.append({"meta": part["meta"], "workloads": workloads})
+    return dict(old,
+                rows=[r for r in old["rows"] if r["workload"] not in new] + part["rows"],
+                metadata=[m for m in old.get("metadata", []) if m.get("workload") not in new]
+                + part["metadata"],
+                added=added)
 
 
 def dropped_workloads(path, part):
@@ -492,6 +516,9 @@ def family_section(family, result):
         return lines + [""], None
     meta = result.get("meta", {})
     lines += [_provenance(meta), ""]
+    for entry in result.get("added", []):
+        names = ", ".join(entry["workloads"])
+        lines += [f"{names}: {_provenance(entry['meta'])}", ""]
     if any("value" in row for row in result["rows"]):
         if meta.get("kernel"):
             lines += [f"Kernel `{meta['kernel']}` ({meta.get('source_bytes', '?')} bytes of "
@@ -584,6 +611,9 @@ def main(argv=None):
     commands.add_parser("render", help="write the page from the family JSON files")
     ingest = commands.add_parser("ingest", help="split a bench.py --json file into families")
     ingest.add_argument("bench_json")
+    ingest.add_argument("--add", action="store_true",
+                        help="add the run's workloads to the families' results instead of "
+                             "replacing them (a family measured over several device calls)")
     compile_cmd = commands.add_parser("compile", help="run the compile benchmark")
     compile_cmd.add_argument("--bench", default=str(REPO / "build" / "bin" /
                                                     "flexjit_bench_compile"))
@@ -596,6 +626,11 @@ def main(argv=None):
         run = json.loads(pathlib.Path(args.bench_json).read_text(encoding="utf-8"))
         for family, part in split_by_family(run).items():
             path = results_dir / f"{family}.json"
+            if args.add and path.exists():
+                part = added_to(json.loads(path.read_text(encoding="utf-8")), part)
+                write_json(path, part)
+                print(f"added to {path} ({len(part['rows'])} rows)")
+                continue
             dropped = dropped_workloads(path, part)
             if dropped:
                 print(f"warning: {family}: this run replaces the family's results, and the page "

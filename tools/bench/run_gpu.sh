@@ -6,7 +6,8 @@
 # (report.md) and a copy of bench/results/ and the page go to $OUT, else /tmp/flexjit-bench:
 # commit bench/results/ and bench/RESULTS.md from there on the machine that commits. Extra
 # arguments go to bench.py (e.g. --quick, --only decode); a partial run replaces only the
-# families it ran. With two GPUs or more a whole run also measures context parallelism.
+# families it ran. A family longer than one device call (family_16k with FA4) is run in parts:
+# the rest with --only WORKLOAD, its bench.json then added with `results_page.py ingest --add`. With two GPUs or more a whole run also measures context parallelism.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64:$PWD/.carry/lib:${LD_LIBRARY_PATH:-}"
