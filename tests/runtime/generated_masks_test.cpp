@@ -4,14 +4,16 @@
 // (tests/compiler/random_ir.h): arithmetic, floor division and modulo, comparisons, ||/&&
 // chains, array reads, the mask shapes, and any/all as lowering unrolls them (up to 64 terms,
 // nested two deep); half of them with a random score. CI compiles a seeded sample
-// ("[cliffs]"); the full set runs on demand on every core:
+// ("[cliffs]"); the full set runs on demand on every core, and chosen ones by their numbers:
 //   build/bin/flexjit_tests_runtime "[cliffs-full]"
+//   FLEXJIT_CLIFFS=78,132 build/bin/flexjit_tests_runtime "[cliffs-some]"
 #include <catch2/catch.hpp>
 
 #include <time.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -223,4 +225,27 @@ TEST_CASE("generated masks compile without spills, serialized wgmma or slow comp
   for (int i = 0; i < kGeneratedVariants; ++i)
     all.push_back(i);
   check_generated(all, std::thread::hardware_concurrency(), {}, {});
+}
+
+// The generated variants named by $FLEXJIT_CLIFFS (numbers, comma-separated): a cliff of
+// [cliffs-full] again after a change, in seconds instead of its quarter of an hour.
+TEST_CASE("chosen generated masks compile without spills, serialized wgmma or slow compiles",
+          "[.][cliffs-some]") {
+  const char* const list = std::getenv("FLEXJIT_CLIFFS");
+  REQUIRE(list != nullptr);
+  std::vector<int> chosen;
+  std::string item;
+  for (const char* c = list;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      REQUIRE_FALSE(item.empty());
+      const int variant = std::stoi(item);
+      REQUIRE((variant >= 0 && variant < kGeneratedVariants));
+      chosen.push_back(variant);
+      item.clear();
+      if (*c == '\0') break;
+    } else {
+      item += *c;
+    }
+  }
+  check_generated(chosen, std::thread::hardware_concurrency(), {}, {});
 }
