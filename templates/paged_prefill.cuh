@@ -498,13 +498,15 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
       }
     }
   };
-  if constexpr (IsWgmmaScores<Scores>::kValue) {
+  if constexpr (IsWgmmaScores<Scores>::kValue || Variant::kFloatModulo) {
     // wgmma kernels unroll it whatever the element's size: nvcc kept a loop over j for a T5
     // bias's loads (the path of the tiles where its term is not uniform), and for random_bits'
     // and bigbird's at head dim 64 (128-key tiles), which indexed S and so put it in local
     // memory for the whole kernel (256-288-byte stack frames; the wgmma accumulators are then
     // copied in and out). mma.sync kernels leave it to nvcc: forced there, document's sm_80
-    // head-dim-256 kernel spilled 120 bytes instead of 76.
+    // head-dim-256 kernel spilled 120 bytes instead of 76. But not around a float `%`
+    // (kFloatModulo): its fmodf loop kept nvcc's rolled, S indexed by j went to local memory
+    // (128-byte stack frames in five of [cliffs-full]'s generated variants at sm_80).
 #pragma unroll
     for (int j0 = 0; j0 < kTiles; j0 += kBatch)
       batch(j0);

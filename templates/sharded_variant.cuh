@@ -71,6 +71,7 @@ struct ShardedVariant {
   static constexpr bool kScoreKvUniform = V::kScoreKvUniform;
   // No group terms: the shard map does not keep groups of keys aligned.
   static constexpr int kMaskGroupKeys = 0;
+  static constexpr bool kFloatModulo = V::kFloatModulo;
 
   __device__ __forceinline__ ShardMap map(int b) const {
     return ShardMap{offsets != nullptr ? __ldg(offsets + b) : 0,

@@ -46,6 +46,10 @@ struct VariantBase {
   // that read arrays and read kv only through kv / C for powers of two C >= 8 (random_bits'
   // `bits[q, kv / 32]`), so one value per row and aligned group of this many keys. 0: none.
   static constexpr int kMaskGroupKeys = 0;
+  // Whether the key terms or element parts take a float `%` (fmod_floor: fmodf, a loop in
+  // libdevice): nvcc then keeps a kernel's loop over a tile's n8 tiles rolled, and the kernels
+  // unroll it themselves (score_and_mask).
+  static constexpr bool kFloatModulo = false;
 
   // Terms of one request, of one query row, of one key, for the mask and for the score: none
   // unless the variant defines its own.

@@ -218,6 +218,34 @@ TEST_CASE("bitwise operators are written as C++ operators, shifts through fj_ops
   }
 }
 
+TEST_CASE("a float % per key or element is marked kFloatModulo; coarse loads group terms",
+          "[emit]") {
+  const auto has = [](const Expr& mask, const Expr& score_expr, const char* text) {
+    return emit_cuda_variant(variant_of("m", mask, score_expr), "M").find(text) !=
+           std::string::npos;
+  };
+  const char* const modulo = "static constexpr bool kFloatModulo = true;";
+  const Expr distance = ir::ToFloat::make(ir::Sub::make(q(), kv()));
+  CHECK(has(causal(), ir::Add::make(score(), ir::Mod::make(distance, real(3.0f))), modulo));
+  CHECK(has(causal(), ir::Mod::make(score(), real(2.0f)), modulo));
+  // Per query row only (a term computed once per row), or an int %: no fmodf per element.
+  CHECK_FALSE(has(
+      causal(), ir::Add::make(score(), ir::Mod::make(ir::ToFloat::make(q()), real(3.0f))), modulo));
+  CHECK_FALSE(has(ir::EQ::make(ir::Mod::make(kv(), ir::IntImm::make(3)), ir::IntImm::make(0)),
+                  score(), modulo));
+  // A load that reads kv only through kv / 32 is a group term of 32 keys; through kv itself,
+  // or kv / 24, none.
+  const auto bits = [](const Expr& column) {
+    return ir::NE::make(ir::Load::make(ir::Type::Int, 0, "bits", 2, q(), column),
+                        ir::IntImm::make(0));
+  };
+  const char* const groups = "static constexpr int kMaskGroupKeys = 32;";
+  CHECK(has(bits(ir::Div::make(kv(), ir::IntImm::make(32))), score(), groups));
+  CHECK(has(bits(ir::Shr::make(kv(), ir::IntImm::make(5))), score(), groups));
+  CHECK_FALSE(has(bits(kv()), score(), "kMaskGroupKeys"));
+  CHECK_FALSE(has(bits(ir::Div::make(kv(), ir::IntImm::make(24))), score(), "kMaskGroupKeys"));
+}
+
 TEST_CASE("scores s + T with a T that can be uniform over a tile's keys get score_kv_uniform",
           "[emit]") {
   const auto uniform = [](const Expr& score_expr) {

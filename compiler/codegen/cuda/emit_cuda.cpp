@@ -976,6 +976,9 @@ class SplitHook {
   bool key_terms_loop() const { return key_terms_loop_; }
   // Whether the element part reads runtime arrays (t5_bias[h, q - kv]): a load per element.
   bool element_load() const { return element_load_; }
+  // Whether the key terms or the element part take a float `%` (fj::fmod_floor: fmodf, a loop in
+  // CUDA's libdevice), per key or per element.
+  bool float_modulo() const { return float_modulo_; }
   // Whether the key terms read runtime arrays (doc[b, kv]): loads, not arithmetic.
   bool key_terms_load() const {
     for (const ir::Expr& term : terms_[kKey]) {
@@ -1016,6 +1019,10 @@ class SplitHook {
     }
     const Level at = level(e);
     if (at == kElement && e.kind() == ir::ExprKind::Load) element_load_ = true;
+    if ((at == kKey || at == kElement) && e.kind() == ir::ExprKind::Mod &&
+        e.type() == ir::Type::Float) {
+      float_modulo_ = true;
+    }
     for (int i = 0; i < ir::operand_count(e.kind()); ++i) {
       const ir::Expr& operand = ir::operand(e, i);
       if (ir::operand_count(operand.kind()) == 0) continue;
@@ -1093,6 +1100,7 @@ class SplitHook {
   bool element_loop_ = false;
   bool key_terms_loop_ = false;
   bool element_load_ = false;
+  bool float_modulo_ = false;
 };
 
 }  // namespace
@@ -1364,6 +1372,7 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
            false);
   constant("bool", "kScoreKvUniform", uniform, false);
   constant("int", "kMaskGroupKeys", mask_hook.group_keys(), 0);
+  constant("bool", "kFloatModulo", mask_hook.float_modulo() || score_hook.float_modulo(), false);
   // Each array's summary axis (host_params.h), by slot: which bound the interval reads take.
   std::vector<int> axes(fj::kMaxArrayParams, fj::kSummaryNone);
   bool summarised = false;
