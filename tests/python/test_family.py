@@ -256,16 +256,15 @@ class Fa4AgreesWithPredicatesTest(unittest.TestCase):
 # --- tiles and the dense-equivalent FLOP count --------------------------------------------------
 
 def brute_force_tiles(w, tile):
-    """Tiles of `tile` (query positions x keys) with a visible pair, summed over kv heads
-    (a tile counts when any head of the kv head's group sees a pair)."""
+    """Tiles of `tile` (query positions x keys) with a visible pair, summed over kv heads, or
+    over query heads for a mask that reads h (the kernel packs its rows head-major)."""
     query_len, seq_len = w.requests[0]
     tile_q, tile_k = tile
-    group = w.num_heads // w.num_kv_heads
     P, predicate = W.PyParams(w), W.MASKS[w.mask]
     per_head = w.mask in W.HEAD_DEPENDENT_MASKS
     total = 0
-    for kv_head in range(w.num_kv_heads if per_head else 1):
-        heads = range(kv_head * group, (kv_head + 1) * group) if per_head else [0]
+    for head in range(w.num_heads if per_head else 1):
+        heads = [head]
         for r in range(-(-query_len // tile_q)):
             for c in range(-(-seq_len // tile_k)):
                 total += any(predicate(0, h, seq_len - query_len + t, kv, P)
@@ -322,6 +321,15 @@ class TilesTest(unittest.TestCase):
                 self.assertGreaterEqual(tiles, want)
                 if w.mask in exact:
                     self.assertEqual(tiles, want)
+
+    def test_head_dependent_masks_count_tiles_per_query_head(self):
+        # head_windows reads h: 128 positions of one head per block, 4 * D * 128 * K per tile.
+        w = next(w for w in small_family(256, 256, num_heads=8, num_kv_heads=2)
+                 if w.mask == "head_windows")
+        self.assertEqual(W.flexjit_tile(w, 64), (128, 64))
+        tiles = W.computed_tiles(w, self.hints(w), 64)
+        self.assertEqual(tiles, brute_force_tiles(w, (128, 64)))
+        self.assertEqual(W.dense_equivalent_flops(w, tiles, 64), 4 * 128 * 128 * 64 * tiles)
 
     def test_pairs_mean_over_heads(self):
         w = next(w for w in small_family(20, 20, num_heads=2, num_kv_heads=1)

@@ -33,7 +33,7 @@ block_mask_first_ms, compile_s (flex). Added by issue 28:
   peer row (flexjit's output: its first page size that ran);
 - tiles (flexjit rows): tiles flexjit's kernel computes (full or partial), summed over kv heads;
   tile (string "QxK": query positions x keys; 128 rows of the MMA = Q positions x the GQA
-  group); tiles_source ("flexjit hints": the library's own tile map through the CLI;
+  group, or 128 positions of one query head for a mask that reads h: workloads.head_major); tiles_source ("flexjit hints": the library's own tile map through the CLI;
   "predicate": tiles with a visible pair, counted on the GPU, where the CLI is missing);
   dense_flop (4 * head_dim * 128 * K per computed tile) and dense_tflops (dense_flop / time,
   10^12/s): the throughput over computed tiles, partial tiles counted whole;
@@ -658,7 +658,8 @@ def mask_census(inputs, tile, device="cuda"):
     """(visible pairs per head, tiles with a visible pair summed over kv heads) of a one-request
     workload, from the mask predicate on the GPU: exact pairs for the family (too many for
     Python), and the truly non-empty tiles of flexjit_tile() (a tile counts when a head of its
-    kv head's group sees a pair in it), or None for tile None."""
+    kv head's group sees a pair in it, or per query head where the rows are head-major), or
+    None for tile None."""
     w, P = inputs.w, inputs.P
     mask_fn = W.MASKS[w.mask]
     query_len, seq_len = w.requests[0]
@@ -682,9 +683,8 @@ def mask_census(inputs, tile, device="cuda"):
             grid[:, :rows, :seq_len] = visible
             hit = grid.view(heads.shape[0], padded_q // tile_q, tile_q, padded_k // tile_k,
                             tile_k).any(dim=4).any(dim=2)
-            if per_head:
-                tiles += int(hit.view(w.num_kv_heads, group, *hit.shape[1:]).any(dim=1)
-                             .sum().item())
+            if per_head:  # head-major rows: each query head's tiles are its own
+                tiles += int(hit.sum().item())
             else:
                 tiles += int(hit.sum().item()) * w.num_kv_heads
         del visible

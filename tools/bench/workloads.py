@@ -609,13 +609,24 @@ def key_tile(head_dim, element_operations, wide_key_tiles, kv_fp8=False, narrow_
     return 64
 
 
+def head_major(workload):
+    """Whether flexjit's prefill kernel packs the workload's rows head-major: a mask that reads
+    h (kUsesHead, docs/architecture.md) gets blocks of 128 positions of one query head, so that
+    each head's tiles are its own; any other packs the kv head's GQA group into a block."""
+    return workload.mask in HEAD_DEPENDENT_MASKS
+
+
 def flexjit_tile(workload, tile_k):
     """(query positions, keys) of one tile of flexjit's prefill kernel (templates/
     kernel_args.cuh): 128 rows of the MMA hold 128 / group query positions of every head of
-    the kv head's group (GQA packing), by tile_k keys (key_tile()). None where the group
-    does not divide 128 or tile_k is None."""
+    the kv head's group (GQA packing), or 128 positions of one query head (head_major()), by
+    tile_k keys (key_tile()). None where the group does not divide 128 or tile_k is None."""
     group = workload.num_heads // workload.num_kv_heads
-    if tile_k is None or 128 % group:
+    if tile_k is None:
+        return None
+    if head_major(workload):
+        return 128, tile_k
+    if 128 % group:
         return None
     return 128 // group, tile_k
 
@@ -624,10 +635,11 @@ def dense_equivalent_flops(workload, computed_tiles, tile_k):
     """4 * head_dim * 128 * tile_k per computed tile (full or partial): what the kernel's MMAs
     do over the tiles it does not skip, whatever the mask removes inside them.
     computed_tiles counts the (query positions x keys) tiles of flexjit_tile(), summed over
-    the kv heads (each covers its group's query heads) and requests."""
+    the kv heads (each covers its group's query heads) and requests, or over the query heads
+    where the rows are head-major."""
     tile_q, tile_k = flexjit_tile(workload, tile_k)
-    group = workload.num_heads // workload.num_kv_heads
-    return 4 * workload.head_dim * tile_q * group * tile_k * computed_tiles
+    heads = 1 if head_major(workload) else workload.num_heads // workload.num_kv_heads
+    return 4 * workload.head_dim * tile_q * heads * tile_k * computed_tiles
 
 
 def flops(workload, pairs):
@@ -685,25 +697,19 @@ def computed_tiles(workload, hints, tile_k):
     flexjit_tile(workload, tile_k), summed over the kv heads, for a one-request prefill
     workload; None where that does not apply. hints(extra_args) runs `flexjit hints ... --json`
     with the shape, tile, mask file and mask filled in and returns its JSON (the caller runs the
-    CLI). A mask that reads h is mapped per query head and a tile counts when any head of its kv
-    head's group computes it (the kernel's rows hold the whole group)."""
+    CLI). A mask that reads h is mapped per query head, whose rows the kernel packs apart
+    (head_major()), and summed over the query heads."""
     tile = flexjit_tile(workload, tile_k)
     if tile is None or workload.kind != "prefill" or len(workload.requests) != 1:
         return None
-    group = workload.num_heads // workload.num_kv_heads
     sets = [arg for value in hints_sets(workload) for arg in ("--set", value)]
-    if workload.mask not in HEAD_DEPENDENT_MASKS:
+    if not head_major(workload):
         counts = hints(sets)["counts"]
         return (counts["full"] + counts["partial"]) * workload.num_kv_heads
     total = 0
-    for kv_head in range(workload.num_kv_heads):
-        union = None
-        for h in range(kv_head * group, (kv_head + 1) * group):
-            rows = hints(sets + ["--h", str(h)])["rows"]
-            computed = [[c != "." for c in row] for row in rows]
-            union = computed if union is None else [[a or b for a, b in zip(x, y)]
-                                                     for x, y in zip(union, computed)]
-        total += sum(sum(row) for row in union)
+    for h in range(workload.num_heads):
+        counts = hints(sets + ["--h", str(h)])["counts"]
+        total += counts["full"] + counts["partial"]
     return total
 
 
