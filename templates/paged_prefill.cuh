@@ -478,7 +478,7 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
             const bool keep =
                 (kv < kv_end) & variant.mask(params, rows.b, rows.head[r], rows.q[r], kv,
                                              mask_request, rows.mask_query[r], mask_key[b][e % 2],
-                                             group[r][kGroupCount > 1 ? 8 * j / kGroupKeys : 0]);
+                                             group[r][8 * j / kGroupKeys]);
             x = keep ? x : negative_infinity();
           }
         } else if (check_elements && kSelectMasked<Variant>) {

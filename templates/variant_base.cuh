@@ -45,6 +45,8 @@ struct VariantBase {
   // Keys per group of the mask's group terms (emit_cuda.cpp, SplitHook): element operations
   // that read arrays and read kv only through kv / C for powers of two C >= 8 (random_bits'
   // `bits[q, kv / 32]`), so one value per row and aligned group of this many keys. 0: none.
+  // Only a variant with group terms has MaskGroupTerms, mask_group_terms and the element hook
+  // that takes them; the kernels name them under kMaskGroupKeys > 0.
   static constexpr int kMaskGroupKeys = 0;
   // Whether the key terms or element parts take a float `%` (fmod_floor: fmodf, a loop in
   // libdevice): nvcc then keeps a kernel's loop over a tile's n8 tiles rolled, and the kernels
@@ -99,23 +101,6 @@ struct VariantBase {
   __device__ __forceinline__ bool score_kv_uniform(const MaskParams&, int, Interval, Interval,
                                                    Interval) const {
     return false;
-  }
-
-  // The mask's group terms of a row and the group of key kv (kMaskGroupKeys), and the element
-  // hook that takes them: none, and the element hook without them, unless the variant has its
-  // own.
-  struct MaskGroupTerms {};
-  template <class RequestTerms, class QueryTerms, class KeyTerms>
-  __device__ __forceinline__ MaskGroupTerms mask_group_terms(const MaskParams&, int, int, int, int,
-                                                             const RequestTerms&, const QueryTerms&,
-                                                             const KeyTerms&) const {
-    return MaskGroupTerms{};
-  }
-  template <class RequestTerms, class QueryTerms, class KeyTerms>
-  __device__ __forceinline__ bool mask(const MaskParams& p, int b, int h, int q, int kv,
-                                       const RequestTerms& request, const QueryTerms& query,
-                                       const KeyTerms& key, const MaskGroupTerms&) const {
-    return static_cast<const Derived&>(*this).mask(p, b, h, q, kv, request, query, key);
   }
 
   // The mask and score of one element from scratch: its terms, then the element hook (the

@@ -664,7 +664,7 @@ def mask_census(inputs, tile, device="cuda"):
     mask_fn = W.MASKS[w.mask]
     query_len, seq_len = w.requests[0]
     group = w.num_heads // w.num_kv_heads
-    per_head = w.mask in W.HEAD_DEPENDENT_MASKS
+    per_head = W.head_major(w)
     heads = torch.arange(w.num_heads if per_head else 1, device=device).view(-1, 1, 1)
     kv = torch.arange(seq_len, device=device).view(1, 1, -1)
     tile_q, tile_k = tile if tile else (1, 1)

@@ -863,13 +863,7 @@ class SplitHook {
                                         StatementWriter(false, "k_"), StatementWriter(false)};
     for (int at = 0; at < kLevels; ++at) {
       if (approximate_tanh) writers[at].approximate_tanh();
-      // Every level reads the request terms; the element part reads them all.
-      for (int below = 0; below < at; ++below) {
-        if (below != kRequest && at != kElement) continue;
-        for (size_t i = 0; i < terms_[below].size(); ++i) {
-          writers[at].bind(terms_[below][i], fmt::format("{}.v{}", kNames[below], i));
-        }
-      }
+      bind_terms(writers[at], static_cast<Level>(at));
     }
     for (int at = 0; at < kElement; ++at) {
       std::vector<std::string> values;
@@ -891,13 +885,8 @@ class SplitHook {
       // element hook that takes them reads them too.
       StatementWriter group(false, "g_");
       StatementWriter grouped(false);
-      for (int below = 0; below < kElement; ++below) {
-        for (size_t i = 0; i < terms_[below].size(); ++i) {
-          const std::string name = fmt::format("{}.v{}", kNames[below], i);
-          group.bind(terms_[below][i], name);
-          grouped.bind(terms_[below][i], name);
-        }
-      }
+      bind_terms(group, kElement);
+      bind_terms(grouped, kElement);
       std::vector<std::string> values;
       for (size_t i = 0; i < group_terms_.size(); ++i) {
         values.push_back(group.value_of(group_terms_[i]));
@@ -997,6 +986,17 @@ class SplitHook {
     return stem_ + kTypes[at];
   }
 
+  // Names the terms that the part of level `at` reads in `writer`: every level reads the request
+  // terms; the element part reads them all.
+  void bind_terms(StatementWriter& writer, Level at) const {
+    for (int below = 0; below < at; ++below) {
+      if (below != kRequest && at != kElement) continue;
+      for (size_t i = 0; i < terms_[below].size(); ++i) {
+        writer.bind(terms_[below][i], fmt::format("{}.v{}", kNames[below], i));
+      }
+    }
+  }
+
   Level level(const ir::Expr& e) {
     const auto bit = VariableReads::bit;
     const unsigned set = reads_.of(e);
@@ -1050,7 +1050,7 @@ class SplitHook {
             e.kind() == ir::ExprKind::Div
                 ? by->value
                 : (by->value >= 3 && by->value <= 30 ? int64_t{1} << by->value : 0);
-        if (divisor >= 8 && divisor <= (int64_t{1} << 30) && (divisor & (divisor - 1)) == 0) {
+        if (divisor >= 8 && (divisor & (divisor - 1)) == 0) {
           keys = static_cast<int>(divisor);
         }
       } else if (e.kind() != ir::ExprKind::Var && !rolled_chain(e, kMaxUnrolledTerms)) {
@@ -1321,15 +1321,8 @@ bool score_kv_uniform(const Variant& variant, const KvUniformCheck& check) {
 
 }  // namespace
 
-KeyTileHints key_tile_hints(const Variant& variant) {
-  const ir::Expr mask = hook_mask(variant);
-  const ir::Expr score = hook_score(variant);
-  return key_tile_hints_of(variant, mask, SplitHook(mask, "Mask", false),
-                           SplitHook(score, "Score", true),
-                           score_kv_uniform(variant, KvUniformCheck(score)));
-}
-
-std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name) {
+std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name,
+                              KeyTileHints* key_tiles) {
   const ir::Expr mask = hook_mask(variant);
 
   const SplitHook mask_hook(mask, "Mask", false);
@@ -1348,6 +1341,7 @@ std::string emit_cuda_variant(const Variant& variant, std::string_view struct_na
   const KvUniformCheck kv_uniform(score);
   const bool uniform = score_kv_uniform(variant, kv_uniform);
   const KeyTileHints key_tile = key_tile_hints_of(variant, mask, mask_hook, score_hook, uniform);
+  if (key_tiles != nullptr) *key_tiles = key_tile;
 
   StatementWriter kv_writer(true, "r");
   const std::string kv_bound = KvRangeWriter(kv_writer).bound_of(plan_kv_range(mask));

@@ -158,13 +158,14 @@ struct KeyTileHints {
   bool wide_key_tiles = false;
   bool narrow_key_tiles_hd64 = false;
 };
-KeyTileHints key_tile_hints(const Variant& variant);
 
 // CUDA source defining `struct_name` with the fixed hooks of docs/architecture.md#kernel-contract:
 // kHasScore, kUsesHead, mask(), score() (the identity when the variant has no score), classify()
 // and kv_range(); also mask() and score() split into request, query-row, key and element parts
 // (docs/hopper.md) and kElementOperations, the element parts' operation count.
-// Self-contained apart from fj_ops.cuh.
-std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name);
+// Self-contained apart from fj_ops.cuh. With `key_tiles`, also the struct's KeyTileHints, so that
+// a caller that needs both splits the hooks and runs the tile probes once.
+std::string emit_cuda_variant(const Variant& variant, std::string_view struct_name,
+                              KeyTileHints* key_tiles = nullptr);
 
 }  // namespace flexjit
