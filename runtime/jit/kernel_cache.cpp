@@ -15,6 +15,7 @@
 #include "jit/environment.h"
 #include "jit/log.h"
 #include "jit/nvrtc_compiler.h"
+#include "jit/nvrtc_library.h"
 #include "launch/cuda_driver.h"
 
 namespace flexjit {
@@ -23,7 +24,7 @@ namespace {
 // Bump whenever the key's fields or their encoding change, or when the compile path changes
 // in a way that makes a cubin differ for the same key (the options always passed to NVRTC,
 // how headers are supplied), so that caches keyed by it never serve stale cubins.
-constexpr uint64_t kKeyFormatVersion = 1;
+constexpr uint64_t kKeyFormatVersion = 2;
 
 // The CUDA launch limit on dynamic shared memory unless a function opts in to more.
 constexpr size_t kDefaultDynamicSmemLimit = 48 * 1024;
@@ -39,7 +40,7 @@ const KeyHasher& key_prefix() {
       hasher.add_field(file.name);
       hasher.add_field(file.text);
     }
-    hasher.add_field(nvrtc_version_string());
+    hasher.add_field(nvrtc_identity());
     return hasher;
   }();
   return prefix;

@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+
 #include <mutex>
 
 namespace flexjit {
@@ -93,6 +95,31 @@ std::vector<std::string> nvrtc_candidates(const Environment& env,
   candidates.push_back("/usr/local/cuda/lib64/" + file);
   candidates.push_back(file);
   return candidates;
+}
+
+std::optional<std::string> nvrtc_file_identity(const std::vector<std::string>& candidates) {
+  for (const std::string& candidate : candidates) {
+    if (candidate.find('/') == std::string::npos) break;  // the loader's: only loading tells
+    std::error_code error;
+    const std::filesystem::path path = std::filesystem::canonical(candidate, error);
+    struct stat info {};
+    if (error || ::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    return fmt::format("{} {} {}.{:09}", path.string(), info.st_size, info.st_mtim.tv_sec,
+                       info.st_mtim.tv_nsec);
+  }
+  return std::nullopt;
+}
+
+std::string nvrtc_identity() {
+  if (std::optional<std::string> file =
+          nvrtc_file_identity(nvrtc_candidates(environment(), own_directory()))) {
+    return *file;
+  }
+  int major = 0;
+  int minor = 0;
+  Result<const NvrtcApi*> loaded = nvrtc_api();
+  if (!loaded || (*loaded)->nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
+  return fmt::format("version {}.{}", major, minor);
 }
 
 Result<const NvrtcApi*> nvrtc_api() {

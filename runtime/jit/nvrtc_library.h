@@ -7,6 +7,7 @@
 #include <nvrtc.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,17 @@ struct NvrtcApi {
 // with (NVRTC's ABI is stable within a major version).
 std::vector<std::string> nvrtc_candidates(const Environment& env,
                                           const std::filesystem::path& library_dir);
+
+// What identifies the NVRTC that nvrtc_api() loads, for cache keys, without loading it (a
+// dlopen of the ~100 MB library and its relocations took 5-9 ms, most of a new process's disk
+// hit): nvrtc_file_identity of the candidates; where no candidate path exists (a bare name, left
+// to the loader), the loaded library's version. A candidate that exists but fails to load only
+// costs keys that never match.
+std::string nvrtc_identity();
+
+// The first of `candidates` (in nvrtc_candidates' order) that is a path to an existing file:
+// its resolved path, size and modification time; nullopt at the first bare name or when none is.
+std::optional<std::string> nvrtc_file_identity(const std::vector<std::string>& candidates);
 
 // The NVRTC table, loaded on first call (thread-safe) and kept for the life of the process.
 // An Error naming every place searched (and why each failed) when none loads, or the symbol

@@ -1,11 +1,13 @@
 #include <cuda.h>
 #include <fmt/format.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -106,6 +108,26 @@ TEST_CASE("an unknown architecture is an error, not a crash", "[nvrtc]") {
 TEST_CASE("the NVRTC version is the toolkit's", "[nvrtc]") {
   const std::string version = nvrtc_version_string();
   CHECK(version.rfind("13.", 0) == 0);
+}
+
+TEST_CASE("NVRTC is keyed by its file without loading it", "[nvrtc]") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("fj_nvrtc_identity_{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path library = dir / "libnvrtc.so.13";
+  std::ofstream(library, std::ios::binary) << "not a library";
+  const std::vector<std::string> candidates = {(dir / "absent" / "libnvrtc.so.13").string(),
+                                               library.string(), "libnvrtc.so.13"};
+  const std::optional<std::string> first = nvrtc_file_identity(candidates);
+  REQUIRE(first.has_value());
+  CHECK(first->rfind(std::filesystem::canonical(library).string() + " 13 ", 0) == 0);
+  CHECK(nvrtc_file_identity(candidates) == first);  // stable
+  std::ofstream(library, std::ios::binary) << "another library";
+  CHECK(nvrtc_file_identity(candidates) != first);  // a new file: new keys
+  // A bare name is the loader's business: no file identity, even with paths after it.
+  CHECK_FALSE(nvrtc_file_identity({"libnvrtc.so.13", library.string()}).has_value());
+  CHECK_FALSE(nvrtc_file_identity({(dir / "absent").string()}).has_value());
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("every template is embedded byte for byte, sorted by name", "[nvrtc]") {
