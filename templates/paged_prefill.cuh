@@ -384,8 +384,20 @@ struct GroupTermsOf<Variant, true> {
   using type = typename Variant::MaskGroupTerms;
 };
 
+// Group g of a thread's row (g < kCount, one value per call): by selects, not an index, so that
+// kernels whose loop over n8 tiles nvcc keeps rolled (mma.sync) hold the groups in registers.
+template <int kCount, class Terms>
+__device__ __forceinline__ Terms group_of(const Terms (&groups)[kCount], int g) {
+  Terms picked = groups[0];
+#pragma unroll
+  for (int i = 1; i < kCount; ++i) {
+    if (g == i) picked = groups[i];
+  }
+  return picked;
+}
+
 template <bool kFoldScale, bool kUniformScore, int kTiles, int kKeyBatch, bool kStaged,
-          bool kTileGroups, class Variant, class Scores, class Window>
+          class Variant, class Scores, class Window>
 __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
                                                     const MaskParams& params, float scale,
                                                     const ThreadRows<Variant>& rows, int key0,
@@ -415,12 +427,12 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
                                       score_request, rows.score_query[r], key);
     }
   }
-  // Group terms (Variant::kMaskGroupKeys, kTileGroups): the mask's per-element loads that read
-  // kv only through kv / G, once per row and aligned group of G keys of the tile instead of once
-  // per element. The tile's first key key0 & ~7 is a multiple of 8 kTiles, and G and 8 kTiles
-  // are powers of two, so n8 tile j lies in group 8 j / G of the tile, or the tile in one.
-  // A group that starts past the sequence takes the last key's terms (its elements are masked).
-  constexpr bool kGroups = kTileGroups && Variant::kMaskGroupKeys > 0 && !Window::kActive;
+  // Group terms (Variant::kMaskGroupKeys): the mask's per-element loads that read kv only
+  // through kv / G, once per row and aligned group of G keys of the tile instead of once per
+  // element. The keys' first, key0 & ~7, is a multiple of 8 kTiles (every caller's), and G and
+  // 8 kTiles are powers of two, so n8 tile j lies in group 8 j / G, or all in one. A group that
+  // starts past the sequence takes the last key's terms (its elements are masked).
+  constexpr bool kGroups = Variant::kMaskGroupKeys > 0 && !Window::kActive;
   constexpr int kGroupKeys = kGroups ? Variant::kMaskGroupKeys : 8 * kTiles;
   constexpr int kGroupCount = kGroupKeys < 8 * kTiles ? 8 * kTiles / kGroupKeys : 1;
   typename GroupTermsOf<Variant, kGroups>::type group[2][kGroupCount] = {};
@@ -478,7 +490,7 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
             const bool keep =
                 (kv < kv_end) & variant.mask(params, rows.b, rows.head[r], rows.q[r], kv,
                                              mask_request, rows.mask_query[r], mask_key[b][e % 2],
-                                             group[r][8 * j / kGroupKeys]);
+                                             group_of(group[r], 8 * j / kGroupKeys));
             x = keep ? x : negative_infinity();
           }
         } else if (check_elements && kSelectMasked<Variant>) {
@@ -524,15 +536,16 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
 // sequence), the mask to the thread's kTiles n8 tiles of S, and keeps each row's maximum of
 // the scaled values in tile_max. With fold_scale S is left unscaled (exp2_factor says how to
 // read it). Element e of tile j is row e / 2 and key key0 + 8 j + e % 2 (key0 holds the
-// thread's quad column). Key terms are computed once per key, kKeyBatch n8 tiles' keys at a
+// thread's quad column, key0 & ~7 is a multiple of 8 kTiles: the group terms rely on it).
+// Key terms are computed once per key, kKeyBatch n8 tiles' keys at a
 // time; keys past the sequence reuse the last key's terms and are masked. With kStaged they are
 // read instead from `staged`, whose element 8 j + c holds key key0 + 8 j + c's (shared memory
 // that a producer filled; past the sequence, the last key's terms). With a DiagonalWindow (a
 // Partial tile inside the sequence of a kDiagonal mask) the mask's values are its bits.
 // A variant with score_kv_uniform (Variant::kScoreKvUniform) asks it for the thread's rows and
 // keys; where it holds, the score's parts are computed once per row (kUniformScore).
-template <int kTiles, int kKeyBatch = 1, bool kStaged = false, bool kTileGroups = false,
-          class Variant, class Scores, class Window = NoDiagonalWindow>
+template <int kTiles, int kKeyBatch = 1, bool kStaged = false, class Variant, class Scores,
+          class Window = NoDiagonalWindow>
 __device__ __forceinline__ void score_and_mask(const Variant& variant, const MaskParams& params,
                                                float scale, const ThreadRows<Variant>& rows,
                                                int key0, int kv_end, bool check_elements, Scores& s,
@@ -545,16 +558,16 @@ __device__ __forceinline__ void score_and_mask(const Variant& variant, const Mas
     const Interval queries = Interval::range(min(rows.q[0], rows.q[1]), max(rows.q[0], rows.q[1]));
     const Interval keys = Interval::range(key0, static_cast<i64>(key0) + 8 * (kTiles - 1) + 1);
     if (variant.score_kv_uniform(params, rows.b, heads, queries, keys)) {
-      score_and_mask_impl<false, true, kTiles, kKeyBatch, kStaged, kTileGroups>(
+      score_and_mask_impl<false, true, kTiles, kKeyBatch, kStaged>(
           variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
       return;
     }
   }
   if (fold_scale<Variant>(scale)) {
-    score_and_mask_impl<true, false, kTiles, kKeyBatch, kStaged, kTileGroups>(
+    score_and_mask_impl<true, false, kTiles, kKeyBatch, kStaged>(
         variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
   } else {
-    score_and_mask_impl<false, false, kTiles, kKeyBatch, kStaged, kTileGroups>(
+    score_and_mask_impl<false, false, kTiles, kKeyBatch, kStaged>(
         variant, params, scale, rows, key0, kv_end, check_elements, staged, s, tile_max, window);
   }
 }

@@ -554,8 +554,7 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
             score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
                 variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged, bits);
           } else {
-            // Tiles start on a multiple of their width: the mask's group terms once per group.
-            score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms, true>(
+            score_and_mask<kBlockN / 8, kKeyBatch, kStageKeyTerms>(
                 variant, args.params, scale, rows, key0, kv_end, true, s, tile_max, staged);
           }
           if (kPageSize != 0 && has_absent_keys(tile_class)) {
