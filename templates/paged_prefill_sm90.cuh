@@ -185,7 +185,11 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
   // Consumer state (unused by the producer's instantiation).
   // 0..7: rows 16 * consumer_warp of the block; consumer 0, 1: rows 64 * consumer.
   const int consumer_warp = warp - kWgmmaProducerThreads / kWarpThreads;
-  const int consumer = consumer_warp / (kWarpgroupThreads / kWarpThreads);
+  // Through a shuffle from lane 0, which ptxas knows to be one value per warp: the consumer's
+  // Q descriptors are then built in uniform registers, where a per-thread value took five
+  // instructions per S wgmma (64-bit adds and two register moves to the uniform datapath).
+  const int consumer =
+      __shfl_sync(0xffffffffu, consumer_warp / (kWarpgroupThreads / kWarpThreads), 0);
   const int quad_row = lane / 4;  // row within the 8-row half of the warp's 16 rows
   const int quad_col = lane % 4;
   // This thread's two packed rows, quad_row and quad_row + 8, with the hooks' terms (unused by
