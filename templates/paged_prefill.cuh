@@ -656,7 +656,7 @@ struct PaddedRows {
   static __device__ __forceinline__ u32 pair_address(u32 first, int j) { return first + j * 32u; }
   // bytes() in unsigned arithmetic, for indices known not to be negative (the fp8 conversion's,
   // whose divisions by constants then become shifts).
-  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
+  static FJ_HD constexpr u32 unsigned_bytes(u32 row, u32 chunk) {
     return (row * static_cast<u32>(prefill_smem_row_elems(kHeadDim)) + chunk * 8u) * 2u;
   }
 };
@@ -676,7 +676,7 @@ struct Swizzled128Rows {
   static __device__ __forceinline__ int offset(int row, int chunk) {
     return static_cast<int>(bytes(row, chunk) / 2);
   }
-  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
+  static FJ_HD constexpr u32 unsigned_bytes(u32 row, u32 chunk) {
     return (chunk / 8u) * static_cast<u32>(kRows) * 128u + row * 128u +
            (((chunk % 8u) ^ (row % 8u)) * 16u);
   }
@@ -692,7 +692,7 @@ struct Swizzled128Rows {
 // row per lanes in step (convert_e4m3_chunk), so that neither meets a bank conflict.
 template <int kChunks>
 struct DenseRows {
-  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
+  static FJ_HD constexpr u32 unsigned_bytes(u32 row, u32 chunk) {
     return (row * static_cast<u32>(kChunks) + chunk) * 16u;
   }
   static __device__ __forceinline__ u32 bytes(int row, int chunk) {
@@ -711,7 +711,7 @@ struct DenseRows {
 template <int kChunks>
 struct SwizzledDenseRows {
   static_assert(kChunks == 4 || kChunks % 8 == 0, "rows of half a line or whole lines");
-  static __device__ __forceinline__ u32 unsigned_bytes(u32 row, u32 chunk) {
+  static FJ_HD constexpr u32 unsigned_bytes(u32 row, u32 chunk) {
     const u32 permute = kChunks == 4 ? (row / 2u) % 4u : row % 8u;
     return (row * static_cast<u32>(kChunks) + (chunk ^ permute)) * 16u;
   }
@@ -724,7 +724,8 @@ struct SwizzledDenseRows {
 // (its bytes(row, chunk)), kThreads threads together: 16-byte chunk `chunk` of rows row0 +
 // pass * kRowsPerPass. What does not change from tile to tile (the chunk, the rows, the head's
 // column) is computed once, and a tile's block-table entries are read once for K and V.
-template <int kHeadDim, int kRows, int kThreads, int kPageSize, class Layout>
+template <int kHeadDim, int kRows, int kThreads, int kPageSize, class Layout,
+          bool kPageMajorAllowed = true>
 struct KvTileCopy {
   static constexpr int kChunksPerRow = kHeadDim / 8;
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
@@ -761,6 +762,13 @@ struct KvTileCopy {
       return (row0 + pass * kRowsPerPass) / kPageSize;
     }
   }
+  // Tiles of whole pages, pages of whole passes (keys k0 + row0 + pass * kRowsPerPass with k0 a
+  // multiple of the page): copy() goes page by page.
+  // (kPageMajorAllowed: not where the copying threads also stage key terms, whose registers
+  // beside the unrolled pages spilled the wgmma producer's 56.)
+  static constexpr bool kPageMajor = kPageMajorAllowed && kPageSize != 0 &&
+                                     kRows % kPageSize == 0 && kPageSize % kRowsPerPass == 0 &&
+                                     kRowsPerPass % 8 == 0 && kHeadDim <= 128;
   // pages[j] by selects: an index that is not a constant would put the array in local memory.
   static __device__ __forceinline__ i32 entry(const i32 (&pages)[kPages], int j) {
     i32 value = pages[0];
@@ -791,6 +799,37 @@ struct KvTileCopy {
   __device__ __forceinline__ void copy(u32 tile, i64 stride_block, i64 stride_slot,
                                        const i32 (&pages)[kPages], i64 first_row, int k0,
                                        int kv_end, u32 last_block) const {
+    if constexpr (kPageMajor) {
+      // Page by page, each page's passes from its address: a copy is a 64-bit add, a bounds
+      // test, a select and the cp.async, its shared offset a constant. The pass loop unrolled
+      // by four (head dim 128, 128-key tiles: each page's entry picked by selects, each offset
+      // computed again with signed remainders) took ~24 instructions a copy, and the producer
+      // warps issued as many instructions as the consumer warps (ncu, causal 16k).
+      constexpr int kPassesPerPage = kPageSize / kRowsPerPass;
+      // Rows kRowsPerPass apart (a multiple of 8) share the layout's permutation: pass p's
+      // chunk lies p times a constant past the first pass's.
+      constexpr u32 kPassBytes = (Layout::unsigned_bytes(8u, 0u) - Layout::unsigned_bytes(0u, 0u)) *
+                                 static_cast<u32>(kRowsPerPass / 8);
+      const u32 first =
+          tile + Layout::unsigned_bytes(static_cast<u32>(row0), static_cast<u32>(chunk));
+      const i64 pass_step = static_cast<i64>(kRowsPerPass) * stride_slot;
+      const i64 row0_slot = static_cast<i64>(row0) * stride_slot;
+#pragma unroll
+      for (int j = 0; j < kPages; ++j) {
+        const i32 page = pages[j];
+        const bool page_ok = page_in_cache(page, last_block);
+        const unsigned short* src =
+            base + static_cast<i64>(static_cast<u32>(page)) * stride_block + row0_slot;
+#pragma unroll
+        for (int q = 0; q < kPassesPerPage; ++q) {
+          const int pass = j * kPassesPerPage + q;
+          const bool valid = page_ok && k0 + row0 + pass * kRowsPerPass < kv_end;
+          cp_async_16_shared(first + pass * kPassBytes, valid ? src : base, valid);
+          src += pass_step;
+        }
+      }
+      return;
+    }
     // Fully unrolled up to 8 passes; at head dim 256 (16) by four, which keeps the producer
     // within its 56 registers.
 #pragma unroll(kPasses > 8 ? 4 : kPasses)
