@@ -828,25 +828,25 @@ struct KvTileCopy {
           src += pass_step;
         }
       }
-      return;
-    }
-    // Fully unrolled up to 8 passes; at head dim 256 (16) by four, which keeps the producer
-    // within its 56 registers.
+    } else {
+      // Fully unrolled up to 8 passes; at head dim 256 (16) by four, which keeps the producer
+      // within its 56 registers.
 #pragma unroll(kPasses > 8 ? 4 : kPasses)
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int row = row0 + pass * kRowsPerPass;
-      const int key = k0 + row;
-      i64 offset;
-      bool valid = key < kv_end;
-      if constexpr (kPageSize == 0) {
-        offset = (first_row + key) * stride_slot;
-      } else {
-        const i32 page = entry(pages, page_of(pass));
-        valid = valid && page_in_cache(page, last_block);
-        offset = static_cast<i64>(static_cast<u32>(page)) * stride_block +
-                 static_cast<i64>(static_cast<u32>(key) % kPageSize) * stride_slot;
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int row = row0 + pass * kRowsPerPass;
+        const int key = k0 + row;
+        i64 offset;
+        bool valid = key < kv_end;
+        if constexpr (kPageSize == 0) {
+          offset = (first_row + key) * stride_slot;
+        } else {
+          const i32 page = entry(pages, page_of(pass));
+          valid = valid && page_in_cache(page, last_block);
+          offset = static_cast<i64>(static_cast<u32>(page)) * stride_block +
+                   static_cast<i64>(static_cast<u32>(key) % kPageSize) * stride_slot;
+        }
+        cp_async_16_shared(tile + Layout::bytes(row, chunk), valid ? base + offset : base, valid);
       }
-      cp_async_16_shared(tile + Layout::bytes(row, chunk), valid ? base + offset : base, valid);
     }
   }
 };

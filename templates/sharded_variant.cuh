@@ -72,6 +72,8 @@ struct ShardedVariant {
   // No group terms: the shard map does not keep groups of keys aligned.
   static constexpr int kMaskGroupKeys = 0;
   static constexpr bool kFloatModulo = V::kFloatModulo;
+  // The copies by passes: page by page the producer of causal at head dim 128 spilled 36 bytes.
+  static constexpr bool kPageMajorCopies = false;
 
   __device__ __forceinline__ ShardMap map(int b) const {
     return ShardMap{offsets != nullptr ? __ldg(offsets + b) : 0,

@@ -28,7 +28,6 @@ using flexjit::testing::PtxasReport;
 const std::vector<std::string> kKnownSpills = {
     "prefill_image2d_hd256_bf16_page16_sm80",
     "prefill_longformer_hd256_bf16_page16_sm80",
-    "prefill_causal_t5_hd64_bf16_page16_sm90a",
 };
 
 }  // namespace
