@@ -16,6 +16,17 @@ struct Select<false, A, B> {
   using Type = B;
 };
 
+// values[i] (i < kCount) by selects: an index that is not a constant puts the array in local
+// memory wherever nvcc leaves the loop around the read rolled.
+template <int kCount, class T>
+__device__ __forceinline__ T pick(const T (&values)[kCount], int i) {
+  T picked = values[0];
+#pragma unroll
+  for (int k = 1; k < kCount; ++k)
+    picked = i == k ? values[k] : picked;
+  return picked;
+}
+
 __device__ __forceinline__ u32 smem_address(const void* pointer) {
   return static_cast<u32>(__cvta_generic_to_shared(pointer));
 }

@@ -384,18 +384,6 @@ struct GroupTermsOf<Variant, true> {
   using type = typename Variant::MaskGroupTerms;
 };
 
-// Group g of a thread's row (g < kCount, one value per call): by selects, not an index, so that
-// kernels whose loop over n8 tiles nvcc keeps rolled (mma.sync) hold the groups in registers.
-template <int kCount, class Terms>
-__device__ __forceinline__ Terms group_of(const Terms (&groups)[kCount], int g) {
-  Terms picked = groups[0];
-#pragma unroll
-  for (int i = 1; i < kCount; ++i) {
-    if (g == i) picked = groups[i];
-  }
-  return picked;
-}
-
 template <bool kFoldScale, bool kUniformScore, int kTiles, int kKeyBatch, bool kStaged,
           class Variant, class Scores, class Window>
 __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
@@ -490,7 +478,7 @@ __device__ __forceinline__ void score_and_mask_impl(const Variant& variant,
             const bool keep =
                 (kv < kv_end) & variant.mask(params, rows.b, rows.head[r], rows.q[r], kv,
                                              mask_request, rows.mask_query[r], mask_key[b][e % 2],
-                                             group_of(group[r], 8 * j / kGroupKeys));
+                                             pick(group[r], 8 * j / kGroupKeys));
             x = keep ? x : negative_infinity();
           }
         } else if (check_elements && kSelectMasked<Variant>) {
@@ -764,19 +752,11 @@ struct KvTileCopy {
   }
   // Tiles of whole pages, pages of whole passes (keys k0 + row0 + pass * kRowsPerPass with k0 a
   // multiple of the page): copy() goes page by page.
-  // (kPageMajorAllowed: not where the copying threads also stage key terms, whose registers
-  // beside the unrolled pages spilled the wgmma producer's 56.)
+  // kPageMajorAllowed: false where the copying threads lack the registers (the wgmma producer
+  // beside staged key terms, or in a sharded kernel: 16-36 bytes of spills).
   static constexpr bool kPageMajor = kPageMajorAllowed && kPageSize != 0 &&
                                      kRows % kPageSize == 0 && kPageSize % kRowsPerPass == 0 &&
                                      kRowsPerPass % 8 == 0 && kHeadDim <= 128;
-  // pages[j] by selects: an index that is not a constant would put the array in local memory.
-  static __device__ __forceinline__ i32 entry(const i32 (&pages)[kPages], int j) {
-    i32 value = pages[0];
-#pragma unroll
-    for (int i = 1; i < kPages; ++i)
-      value = j == i ? pages[i] : value;
-    return value;
-  }
 
   // The block-table entries of this thread's rows of keys [k0, k0 + kRows) (0 past kv_end;
   // nothing to read for a contiguous cache).
@@ -840,7 +820,7 @@ struct KvTileCopy {
         if constexpr (kPageSize == 0) {
           offset = (first_row + key) * stride_slot;
         } else {
-          const i32 page = entry(pages, page_of(pass));
+          const i32 page = pick(pages, page_of(pass));
           valid = valid && page_in_cache(page, last_block);
           offset = static_cast<i64>(static_cast<u32>(page)) * stride_block +
                    static_cast<i64>(static_cast<u32>(key) % kPageSize) * stride_slot;

@@ -201,12 +201,4 @@ Result<PtxasResources> parse_ptxas_resources(std::string_view log, std::string_v
   return resources;
 }
 
-std::string nvrtc_version_string() {
-  int major = 0;
-  int minor = 0;
-  Result<const NvrtcApi*> loaded = nvrtc_api();
-  if (!loaded || (*loaded)->nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
-  return fmt::format("{}.{}", major, minor);
-}
-
 }  // namespace flexjit

@@ -49,8 +49,4 @@ inline bool is_ptxas_option(std::string_view option) {
 // Parses ptxas's report on `function` out of an NVRTC log; an Error when the log has none.
 Result<PtxasResources> parse_ptxas_resources(std::string_view log, std::string_view function);
 
-// The version of the NVRTC library loaded at run time, "major.minor" (e.g. "13.0"); "unknown"
-// when none loads (jit/nvrtc_library.h).
-std::string nvrtc_version_string();
-
 }  // namespace flexjit

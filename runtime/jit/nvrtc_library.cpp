@@ -115,11 +115,15 @@ std::string nvrtc_identity() {
           nvrtc_file_identity(nvrtc_candidates(environment(), own_directory()))) {
     return *file;
   }
+  return nvrtc_version_string();
+}
+
+std::string nvrtc_version_string() {
   int major = 0;
   int minor = 0;
   Result<const NvrtcApi*> loaded = nvrtc_api();
   if (!loaded || (*loaded)->nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
-  return fmt::format("version {}.{}", major, minor);
+  return fmt::format("{}.{}", major, minor);
 }
 
 Result<const NvrtcApi*> nvrtc_api() {

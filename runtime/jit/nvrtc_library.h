@@ -50,6 +50,10 @@ struct NvrtcApi {
 std::vector<std::string> nvrtc_candidates(const Environment& env,
                                           const std::filesystem::path& library_dir);
 
+// The version of the NVRTC library loaded at run time, "major.minor" (e.g. "13.0"); "unknown"
+// when none loads.
+std::string nvrtc_version_string();
+
 // What identifies the NVRTC that nvrtc_api() loads, for cache keys, without loading it (a
 // dlopen of the ~100 MB library and its relocations took 5-9 ms, most of a new process's disk
 // hit): nvrtc_file_identity of the candidates; where no candidate path exists (a bare name, left
