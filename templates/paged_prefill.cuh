@@ -753,10 +753,10 @@ struct KvTileCopy {
   // Tiles of whole pages, pages of whole passes (keys k0 + row0 + pass * kRowsPerPass with k0 a
   // multiple of the page): copy() goes page by page.
   // kPageMajorAllowed: false where the copying threads lack the registers (the wgmma producer
-  // beside staged key terms, or in a sharded kernel: 16-36 bytes of spills).
+  // of a sharded kernel: 36 bytes of spills).
   static constexpr bool kPageMajor = kPageMajorAllowed && kPageSize != 0 &&
                                      kRows % kPageSize == 0 && kPageSize % kRowsPerPass == 0 &&
-                                     kRowsPerPass % 8 == 0 && kHeadDim <= 128;
+                                     (kRowsPerPass % 8 == 0 || 8 % kRowsPerPass == 0);
 
   // The block-table entries of this thread's rows of keys [k0, k0 + kRows) (0 past kv_end;
   // nothing to read for a contiguous cache).
@@ -786,12 +786,17 @@ struct KvTileCopy {
       // computed again with signed remainders) took ~24 instructions a copy, and the producer
       // warps issued as many instructions as the consumer warps (ncu, causal 16k).
       constexpr int kPassesPerPage = kPageSize / kRowsPerPass;
-      // Rows kRowsPerPass apart (a multiple of 8) share the layout's permutation: pass p's
-      // chunk lies p times a constant past the first pass's.
-      constexpr u32 kPassBytes = (Layout::unsigned_bytes(8u, 0u) - Layout::unsigned_bytes(0u, 0u)) *
-                                 static_cast<u32>(kRowsPerPass / 8);
-      const u32 first =
-          tile + Layout::unsigned_bytes(static_cast<u32>(row0), static_cast<u32>(chunk));
+      // Rows 8 apart share the layout's permutation: pass p's chunk lies (rows / 8) times a
+      // constant past that of the first pass of its phase (rows % 8; one phase where passes
+      // are a multiple of 8 rows, 8 / kRowsPerPass where they divide 8).
+      constexpr int kPhases = kRowsPerPass % 8 == 0 ? 1 : 8 / kRowsPerPass;
+      constexpr u32 kEightRows = Layout::unsigned_bytes(8u, 0u) - Layout::unsigned_bytes(0u, 0u);
+      u32 first[kPhases];
+#pragma unroll
+      for (int phase = 0; phase < kPhases; ++phase) {
+        first[phase] = tile + Layout::unsigned_bytes(static_cast<u32>(row0 + phase * kRowsPerPass),
+                                                     static_cast<u32>(chunk));
+      }
       const i64 pass_step = static_cast<i64>(kRowsPerPass) * stride_slot;
       const i64 row0_slot = static_cast<i64>(row0) * stride_slot;
 #pragma unroll
@@ -804,7 +809,9 @@ struct KvTileCopy {
         for (int q = 0; q < kPassesPerPage; ++q) {
           const int pass = j * kPassesPerPage + q;
           const bool valid = page_ok && k0 + row0 + pass * kRowsPerPass < kv_end;
-          cp_async_16_shared(first + pass * kPassBytes, valid ? src : base, valid);
+          const u32 eights = static_cast<u32>((pass / kPhases) * kRowsPerPass * kPhases / 8);
+          cp_async_16_shared(first[pass % kPhases] + eights * kEightRows, valid ? src : base,
+                             valid);
           src += pass_step;
         }
       }

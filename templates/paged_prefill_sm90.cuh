@@ -360,9 +360,8 @@ __device__ __forceinline__ void prefill_block_sm90(const PagedPrefillArgs& args,
         }
       }
     } else if constexpr (kProducer) {
-      using TileCopy =
-          KvTileCopy<kHeadDim, kBlockN, kWgmmaProducerThreads, kPageSize, Swizzled128Rows<kBlockN>,
-                     !kStageKeyTerms && Variant::kPageMajorCopies>;
+      using TileCopy = KvTileCopy<kHeadDim, kBlockN, kWgmmaProducerThreads, kPageSize,
+                                  Swizzled128Rows<kBlockN>, Variant::kPageMajorCopies>;
       const TileCopy k_copy(static_cast<int>(threadIdx.x),
                             static_cast<const unsigned short*>(args.k_cache),
                             static_cast<i64>(kv_head) * args.k_stride_head +

@@ -35,6 +35,9 @@ def main(argv=None):
     parser.add_argument("--masks", default=None, help="mask file (default: each workload's)")
     parser.add_argument("--head-dim", type=int, default=None,
                         help="run the workloads at this head dim instead of their own")
+    parser.add_argument("--compare-dir", default=None,
+                        help="the first run saves each workload's output here, later runs print "
+                             "their max |difference| from it over max |saved| (A/B correctness)")
     args = parser.parse_args(argv)
 
     known = {w.name: w for w in W.workloads()}
@@ -65,6 +68,17 @@ def profile(ctx, w, args):
         times.append(start.elapsed_time(end))
     print(f"{w.name} {extra['kernel']}: median {statistics.median(times):.3f} ms over "
           f"{len(times)} launches (first {times[0]:.3f} ms)", flush=True)
+    if args.compare_dir:
+        out = fn(0).float()
+        saved = pathlib.Path(args.compare_dir) / f"{w.name}.pt"
+        if saved.exists():
+            first = torch.load(saved).to(out.device)
+            delta = ((out - first).abs().max() / first.abs().max()).item()
+            print(f"{w.name} output against the first run's: {delta:.3g}"
+                  f"{' MISMATCH' if not delta <= 2e-2 else ''}", flush=True)
+        else:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(out.cpu(), saved)
     del inputs, fn
     torch.cuda.empty_cache()
 
