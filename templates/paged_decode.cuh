@@ -32,13 +32,15 @@ namespace fj {
 // units, as are the byte strides halved) into StageLayout (unpadded and swizzled, or padded where
 // the 16-bit tiles are), from which each warp reads its keys' fragments (or, for K at head dim
 // 256 and at 80 and 96, converts them into the 16-bit tiles of Layout first).
+// kPageMajorAllowed: KvTileCopy's (false keeps the copies by passes).
 template <int kHeadDim, int kPageSize, bool kKvFp8,
-          bool kSwizzled = decode_swizzled_tiles(kHeadDim)>
+          bool kSwizzled = decode_swizzled_tiles(kHeadDim), bool kPageMajorAllowed = true>
 struct DecodeTileLoader {
   static constexpr int kUnit = kKvFp8 ? 2 : 1;  // cache elements per 16-bit unit
   using Layout = Swizzled128Rows<kDecodeBlockN>;
   using StageLayout = typename Select<kKvFp8, SwizzledDenseRows<kHeadDim / 16>, Layout>::Type;
-  using Copy = KvTileCopy<kHeadDim / kUnit, kDecodeBlockN, kDecodeThreads, kPageSize, StageLayout>;
+  using Copy = KvTileCopy<kHeadDim / kUnit, kDecodeBlockN, kDecodeThreads, kPageSize, StageLayout,
+                          kPageMajorAllowed>;
   Copy k_copy;
   Copy v_copy;
   i32 pages[Copy::kPages];
@@ -62,8 +64,8 @@ struct DecodeTileLoader {
   }
 };
 
-template <int kHeadDim, int kPageSize, bool kKvFp8>
-struct DecodeTileLoader<kHeadDim, kPageSize, kKvFp8, false> {
+template <int kHeadDim, int kPageSize, bool kKvFp8, bool kPageMajorAllowed>
+struct DecodeTileLoader<kHeadDim, kPageSize, kKvFp8, false, kPageMajorAllowed> {
   static constexpr int kUnit = kKvFp8 ? 2 : 1;
   using Layout = PaddedRows<kHeadDim>;
   using StageLayout = PaddedRows<kHeadDim / kUnit>;
@@ -141,7 +143,11 @@ __device__ void decode_item(const PagedDecodeArgs& decode, const DecodeWorkItem&
   constexpr int kWarps = kDecodeThreads / 32;
   static_assert(kWarps * 16 == kDecodeBlockN, "each warp takes 16 keys of a tile");
 
-  using Loader = DecodeTileLoader<kHeadDim, kPageSize, kKvFp8>;
+  // Page by page, except for rows of more than 128 columns of 16 bits in a kernel whose
+  // variant keeps its copies by passes (kPageMajorCopies: the sharded kernels, whose document
+  // decoder at head dim 256 spilled 24 bytes page by page; up to 128 they were clean).
+  using Loader = DecodeTileLoader<kHeadDim, kPageSize, kKvFp8, decode_swizzled_tiles(kHeadDim),
+                                  Variant::kPageMajorCopies || kHeadDim / (kKvFp8 ? 2 : 1) <= 128>;
   using Layout = typename Loader::Layout;  // of the 16-bit K/V tiles the MMAs read
   const PagedPrefillArgs& args = decode.attention;
   unsigned short* q_tile = reinterpret_cast<unsigned short*>(smem);

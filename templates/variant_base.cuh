@@ -52,8 +52,8 @@ struct VariantBase {
   // libdevice): nvcc then keeps a kernel's loop over a tile's n8 tiles rolled, and the kernels
   // unroll it themselves (score_and_mask).
   static constexpr bool kFloatModulo = false;
-  // Whether the wgmma producer may copy K/V page by page (KvTileCopy::kPageMajor); the
-  // sharded wrapper's producer spilled with it.
+  // Whether the wgmma producer may copy K/V page by page (KvTileCopy::kPageMajor), and the
+  // decode kernel at head dims over 128; the sharded wrapper's copying threads spilled with it.
   static constexpr bool kPageMajorCopies = true;
 
   // Terms of one request, of one query row, of one key, for the mask and for the score: none
