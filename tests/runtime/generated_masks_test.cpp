@@ -163,21 +163,18 @@ void check_generated(const std::vector<int>& variants, unsigned threads,
   // all, and keeps its fastest compile (a shared 2-core CI machine once took 6.4 CPU s for a
   // kernel that compiles in 2.8 s idle). Known cliffs fail another check anyway. On the pool
   // too: serial, the retries of the full set's ~20 slow kernels were half its 32 minutes.
-  std::vector<size_t> retries;
+  std::vector<std::pair<size_t, double>> retries;  // outcome, its limit
   for (size_t i = 0; i < baselines; ++i) {
     if (std::find(known.begin(), known.end(), outcomes[i].name) != known.end()) continue;
     const bool slow = std::find(slow_compiles.begin(), slow_compiles.end(), outcomes[i].name) !=
                       slow_compiles.end();
     const double limit = slow ? kSlowCompileCeiling : kCompileSecondsLimit;
-    if (outcomes[i].compiled && outcomes[i].seconds > limit) retries.push_back(i);
+    if (outcomes[i].compiled && outcomes[i].seconds > limit) retries.emplace_back(i, limit);
   }
   std::atomic<size_t> next_retry{0};
   run_pool([&] {
     for (size_t r = next_retry++; r < retries.size(); r = next_retry++) {
-      const size_t i = retries[r];
-      const bool slow = std::find(slow_compiles.begin(), slow_compiles.end(), outcomes[i].name) !=
-                        slow_compiles.end();
-      const double limit = slow ? kSlowCompileCeiling : kCompileSecondsLimit;
+      const auto [i, limit] = retries[r];
       for (int tries = 1; tries < kCompileTries && outcomes[i].seconds > limit; ++tries) {
         const double seconds =
             compile(generated_variant(jobs[i].variant), jobs[i].head_dim, jobs[i].arch).seconds;
